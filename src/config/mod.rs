@@ -1,0 +1,1 @@
+//! EndpointPickerConfig (work in progress).

@@ -1,0 +1,134 @@
+//! One model-server endpoint (an `ip:port`) and the telemetry scraped from it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+
+/// What the scraper last learned about one endpoint. Immutable once published: a scrape builds a new one.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EndpointMetrics {
+    /// Requests waiting in the model server's queue (`vllm:num_requests_waiting`, summed over engines).
+    pub waiting_queue_size: u64,
+    /// Requests in the running batch (`vllm:num_requests_running`, summed over engines).
+    pub running_requests: u64,
+    /// KV-cache usage as a 0..1 fraction (max over engines).
+    pub kv_cache_usage: f64,
+    /// LoRA adapters currently running.
+    pub active_models: HashSet<String>,
+    /// LoRA adapters waiting to run.
+    pub waiting_models: HashSet<String>,
+    /// `max_lora`: how many adapters may be active at once.
+    pub max_active_models: usize,
+    /// KV block size in tokens (`cache_config_info{block_size}`), 0 when unknown.
+    pub cache_block_size: usize,
+    /// Number of KV blocks (`cache_config_info{num_gpu_blocks}`), 0 when unknown.
+    pub cache_num_blocks: usize,
+    /// When this telemetry was produced; `None` until the first successful scrape.
+    pub update_time: Option<Instant>,
+}
+
+impl EndpointMetrics {
+    /// True when the telemetry is missing or older than `threshold` at `now`.
+    pub fn is_stale(&self, now: Instant, threshold: std::time::Duration) -> bool {
+        match self.update_time {
+            None => true,
+            Some(t) => now.saturating_duration_since(t) > threshold,
+        }
+    }
+}
+
+/// A model-server endpoint: an address the gateway can route to, plus its latest telemetry.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// Stable name used in metrics and logs (e.g. `pod-0-rank-0`, or the address for static endpoints).
+    pub name: String,
+    /// Kubernetes namespace, empty for static endpoints.
+    pub namespace: String,
+    /// Where requests go.
+    pub addr: SocketAddr,
+    /// `addr` formatted once as `ip:port` (IPv6 bracketed): the value written into the destination header.
+    pub host_port: String,
+    /// Where `/metrics` is scraped (`http://ip:port/metrics` unless configured otherwise).
+    pub metrics_url: String,
+    /// Labels of the pod (engine type, capacity hints, ...).
+    pub labels: BTreeMap<String, String>,
+    telemetry: ArcSwap<EndpointMetrics>,
+}
+
+impl Endpoint {
+    pub fn new(name: impl Into<String>, addr: SocketAddr) -> Self {
+        let host_port = format_host_port(addr);
+        Self {
+            name: name.into(),
+            namespace: String::new(),
+            metrics_url: format!("http://{host_port}/metrics"),
+            host_port,
+            addr,
+            labels: BTreeMap::new(),
+            telemetry: ArcSwap::from_pointee(EndpointMetrics::default()),
+        }
+    }
+
+    pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.labels = labels;
+        self
+    }
+
+    pub fn with_metrics_url(mut self, url: impl Into<String>) -> Self {
+        self.metrics_url = url.into();
+        self
+    }
+
+    /// The latest telemetry; lock-free.
+    pub fn metrics(&self) -> Arc<EndpointMetrics> {
+        self.telemetry.load_full()
+    }
+
+    /// Publishes new telemetry (called by the scraper, or by tests and the lab).
+    pub fn update_metrics(&self, metrics: EndpointMetrics) {
+        self.telemetry.store(Arc::new(metrics));
+    }
+}
+
+/// Formats an address the way `net.JoinHostPort` does: `1.2.3.4:80`, `[::1]:80`.
+pub fn format_host_port(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) => format!("{}:{}", a.ip(), a.port()),
+        SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn ipv6_is_bracketed() {
+        let v4: SocketAddr = "10.0.0.1:8000".parse().unwrap();
+        let v6: SocketAddr = "[fd00::1]:8000".parse().unwrap();
+        assert_eq!(format_host_port(v4), "10.0.0.1:8000");
+        assert_eq!(format_host_port(v6), "[fd00::1]:8000");
+    }
+
+    #[test]
+    fn staleness() {
+        let now = Instant::now();
+        let m = EndpointMetrics::default();
+        assert!(m.is_stale(now, Duration::from_secs(1)));
+        let m = EndpointMetrics { update_time: Some(now), ..Default::default() };
+        assert!(!m.is_stale(now + Duration::from_millis(100), Duration::from_millis(200)));
+        assert!(m.is_stale(now + Duration::from_millis(300), Duration::from_millis(200)));
+    }
+
+    #[test]
+    fn telemetry_swaps() {
+        let ep = Endpoint::new("a", "127.0.0.1:1".parse().unwrap());
+        assert_eq!(ep.metrics().waiting_queue_size, 0);
+        ep.update_metrics(EndpointMetrics { waiting_queue_size: 3, ..Default::default() });
+        assert_eq!(ep.metrics().waiting_queue_size, 3);
+    }
+}

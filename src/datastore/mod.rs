@@ -1,0 +1,12 @@
+//! The pool's endpoints and the latest telemetry of each.
+//!
+//! Endpoints are held in an [`arc_swap::ArcSwap`] list that discovery replaces as a whole; each endpoint's
+//! telemetry sits in its own `ArcSwap` that its scraper replaces every refresh. Readers on the request path
+//! never take a lock: they load the list once and each endpoint's metrics once, and schedule over that
+//! immutable view.
+
+mod endpoint;
+mod pool;
+
+pub use endpoint::{format_host_port, Endpoint, EndpointMetrics};
+pub use pool::{Datastore, EndpointChanges};

@@ -1,0 +1,1 @@
+//! Request orchestration (work in progress).

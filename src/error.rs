@@ -1,0 +1,86 @@
+//! The errors a request can end with, and how each maps to an HTTP status on the wire.
+//!
+//! The Go EPP's codes and body format (`inference error: <Code> - <message>`) are kept so that clients and
+//! dashboards that match on them keep working.
+
+use std::fmt;
+
+/// The class of a request failure. Each maps to one HTTP status in an `ImmediateResponse`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    BadRequest,
+    ResourceExhausted,
+    ServiceUnavailable,
+    Internal,
+    ModelServerError,
+}
+
+impl ErrorCode {
+    /// The code's name as it appears in the error body and in the `error_code` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "BadRequest",
+            ErrorCode::ResourceExhausted => "ResourceExhausted",
+            ErrorCode::ServiceUnavailable => "ServiceUnavailable",
+            ErrorCode::Internal => "Internal",
+            ErrorCode::ModelServerError => "ModelServerError",
+        }
+    }
+
+    /// The HTTP status Envoy returns to the client for this code.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::BadRequest => 400,
+            ErrorCode::ResourceExhausted => 429,
+            ErrorCode::ServiceUnavailable => 503,
+            ErrorCode::Internal | ErrorCode::ModelServerError => 500,
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request failure with its code and a human-readable reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("inference error: {code} - {message}")]
+pub struct RequestError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl RequestError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::BadRequest, message)
+    }
+    pub fn exhausted(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::ResourceExhausted, message)
+    }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::ServiceUnavailable, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_format_matches_the_go_epp() {
+        let e = RequestError::bad_request("model not found in request body");
+        assert_eq!(e.to_string(), "inference error: BadRequest - model not found in request body");
+        assert_eq!(e.code.http_status(), 400);
+        assert_eq!(ErrorCode::ResourceExhausted.http_status(), 429);
+        assert_eq!(ErrorCode::ServiceUnavailable.http_status(), 503);
+        assert_eq!(ErrorCode::Internal.http_status(), 500);
+    }
+}

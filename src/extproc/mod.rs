@@ -1,0 +1,1 @@
+//! Envoy ext_proc server (work in progress).

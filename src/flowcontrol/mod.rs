@@ -1,0 +1,1 @@
+//! Admission and flow control (work in progress).

@@ -1,0 +1,71 @@
+//! Request headers as epp keeps them: lower-case names, in arrival order.
+
+/// Headers a client must not be able to set: they steer routing, so epp removes them before the request
+/// goes upstream (the Go EPP only avoids echoing them; they still reached the model server).
+pub const CONTROL_HEADERS: &[&str] = &[
+    "x-gateway-destination-endpoint",
+    "x-gateway-destination-endpoint-served",
+    "x-gateway-destination-endpoint-subset",
+    "x-gateway-destination-endpoint-scores",
+];
+
+/// A small ordered header list with case-insensitive lookup (names are stored lower-case).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Headers {
+    entries: Vec<(String, String)>,
+}
+
+impl Headers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a header; the name is lower-cased.
+    pub fn push(&mut self, name: &str, value: impl Into<String>) {
+        self.entries.push((name.to_ascii_lowercase(), value.into()));
+    }
+
+    /// The first value of `name` (which must be lower-case).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.entries.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl<'a> FromIterator<(&'a str, &'a str)> for Headers {
+    fn from_iter<T: IntoIterator<Item = (&'a str, &'a str)>>(iter: T) -> Self {
+        let mut h = Headers::new();
+        for (n, v) in iter {
+            h.push(n, v);
+        }
+        h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_is_case_insensitive() {
+        let h: Headers = [("X-Request-Id", "abc"), ("Content-Type", "application/json")].into_iter().collect();
+        assert_eq!(h.get("x-request-id"), Some("abc"));
+        assert_eq!(h.get("content-type"), Some("application/json"));
+        assert!(!h.contains("missing"));
+    }
+}

@@ -1,0 +1,3 @@
+/// Token estimator (work in progress).
+#[derive(Debug, Clone, Copy)]
+pub struct TokenEstimator;

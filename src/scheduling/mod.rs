@@ -1,0 +1,20 @@
+//! Scheduling: the plugin framework and the built-in plugins.
+//!
+//! A cycle is synchronous and pure over an immutable view of the pool: the candidates carry the telemetry
+//! loaded once at the start of the cycle, and the request carries the clock. That keeps it fast, testable
+//! without gRPC, and usable in virtual time.
+
+pub mod observer;
+pub mod pipeline;
+pub mod plugin;
+pub mod plugins;
+pub mod profile;
+pub mod registry;
+pub mod types;
+
+pub use observer::{ExtensionPoint, NoopObserver, Observer};
+pub use pipeline::Pipeline;
+pub use plugin::*;
+pub use profile::{Profile, WeightedScorer};
+pub use registry::{parse_params, FactoryContext, PluginError, Registry};
+pub use types::*;

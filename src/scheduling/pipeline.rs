@@ -1,0 +1,199 @@
+//! The configured plugin pipeline of one EPP: producers → admitters → profiles (via the profile handler)
+//! → pre-request hooks, plus the response hooks. Built once from the config; shared by every request.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::rngs::SmallRng;
+
+use super::observer::{ExtensionPoint, Observer};
+use super::plugin::{
+    Admitter, BuiltPlugin, Completion, DataProducer, DispatchInfo, EndpointListener, PluginId, PreRequest,
+    ProfileHandler, ResponseHook,
+};
+use super::profile::{Profile, Scratch};
+use super::types::{Candidate, SchedulingError, SchedulingRequest, SchedulingResult};
+use crate::datastore::Endpoint;
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The whole plugin pipeline.
+#[derive(Clone)]
+pub struct Pipeline {
+    pub profiles: Vec<Profile>,
+    pub handler: (PluginId, Arc<dyn ProfileHandler>),
+    /// In dependency order (a producer runs after those whose data it consumes).
+    pub producers: Vec<(PluginId, Arc<dyn DataProducer>)>,
+    pub admitters: Vec<(PluginId, Arc<dyn Admitter>)>,
+    pub pre_requests: Vec<(PluginId, Arc<dyn PreRequest>)>,
+    pub response_hooks: Vec<(PluginId, Arc<dyn ResponseHook>)>,
+    pub endpoint_listeners: Vec<Arc<dyn EndpointListener>>,
+    /// Every configured plugin instance, by name, for lookups such as `saturationDetector.pluginRef`.
+    pub plugins: Vec<BuiltPlugin>,
+    profile_names: Vec<String>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("profiles", &self.profiles)
+            .field("handler", &self.handler.0)
+            .field("producers", &self.producers.iter().map(|(id, _)| &id.name).collect::<Vec<_>>())
+            .field("plugins", &self.plugins.iter().map(|p| &p.id.name).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Pipeline {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        profiles: Vec<Profile>,
+        handler: (PluginId, Arc<dyn ProfileHandler>),
+        producers: Vec<(PluginId, Arc<dyn DataProducer>)>,
+        admitters: Vec<(PluginId, Arc<dyn Admitter>)>,
+        pre_requests: Vec<(PluginId, Arc<dyn PreRequest>)>,
+        response_hooks: Vec<(PluginId, Arc<dyn ResponseHook>)>,
+        endpoint_listeners: Vec<Arc<dyn EndpointListener>>,
+        plugins: Vec<BuiltPlugin>,
+    ) -> Self {
+        let profile_names = profiles.iter().map(|p| p.name.clone()).collect();
+        Self {
+            profiles,
+            handler,
+            producers,
+            admitters,
+            pre_requests,
+            response_hooks,
+            endpoint_listeners,
+            plugins,
+            profile_names,
+        }
+    }
+
+    /// Looks up a configured plugin by instance name.
+    pub fn plugin(&self, name: &str) -> Option<&BuiltPlugin> {
+        self.plugins.iter().find(|p| p.id.name == name)
+    }
+
+    /// Runs the data producers over the candidates.
+    pub fn prepare(&self, req: &SchedulingRequest<'_>, candidates: &mut [Candidate], obs: &dyn Observer) {
+        for (id, p) in &self.producers {
+            obs.time(ExtensionPoint::PrepareData, id, &mut || p.prepare(req, candidates));
+        }
+    }
+
+    /// Runs the admitters; the first denial wins.
+    pub fn admit(
+        &self,
+        req: &SchedulingRequest<'_>,
+        candidates: &[Candidate],
+        obs: &dyn Observer,
+    ) -> Result<(), (PluginId, String)> {
+        for (id, a) in &self.admitters {
+            let mut verdict = Ok(());
+            obs.time(ExtensionPoint::Admit, id, &mut || verdict = a.admit(req, candidates));
+            verdict.map_err(|reason| (id.clone(), reason))?;
+        }
+        Ok(())
+    }
+
+    /// One scheduling cycle over `candidates`: the profile handler chooses profiles until it has none left,
+    /// then names the primary result.
+    pub fn schedule(
+        &self,
+        req: &SchedulingRequest<'_>,
+        candidates: &[Candidate],
+        rng: &mut SmallRng,
+        obs: &dyn Observer,
+    ) -> Result<SchedulingResult, SchedulingError> {
+        if candidates.is_empty() {
+            return Err(SchedulingError::NoCandidates);
+        }
+        let (handler_id, handler) = &self.handler;
+        let mut done: Vec<String> = Vec::with_capacity(self.profiles.len());
+        let mut results = Vec::with_capacity(self.profiles.len());
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            loop {
+                let mut next = Vec::new();
+                obs.time(ExtensionPoint::ProfilePicker, handler_id, &mut || {
+                    next = handler.pick_profiles(req, &self.profile_names, &done)
+                });
+                if next.is_empty() {
+                    break;
+                }
+                for name in next {
+                    if done.contains(&name) {
+                        return Err(SchedulingError::Handler(format!("profile {name:?} picked twice")));
+                    }
+                    let profile = self
+                        .profiles
+                        .iter()
+                        .find(|p| p.name == name)
+                        .ok_or_else(|| SchedulingError::Handler(format!("unknown profile {name:?}")))?;
+                    let result = profile.run(req, candidates, rng, &mut scratch, obs)?;
+                    results.push((name.clone(), result));
+                    done.push(name);
+                }
+            }
+            Ok(())
+        })?;
+        let mut primary = Err(String::new());
+        obs.time(ExtensionPoint::ProcessProfilesResults, handler_id, &mut || {
+            primary = handler.primary_profile(&results)
+        });
+        let primary_profile = primary.map_err(SchedulingError::Handler)?;
+        Ok(SchedulingResult { profile_results: results, primary_profile })
+    }
+
+    pub fn pre_request(
+        &self,
+        req: &SchedulingRequest<'_>,
+        result: &SchedulingResult,
+        info: &DispatchInfo,
+        obs: &dyn Observer,
+    ) {
+        for (id, p) in &self.pre_requests {
+            obs.time(ExtensionPoint::PreRequest, id, &mut || p.pre_request(req, result, info));
+        }
+    }
+
+    pub fn on_response_headers(
+        &self,
+        info: &DispatchInfo,
+        status: Option<u16>,
+        served: Option<&str>,
+        set_headers: &mut Vec<(String, String)>,
+        obs: &dyn Observer,
+    ) {
+        for (id, h) in &self.response_hooks {
+            obs.time(ExtensionPoint::ResponseReceived, id, &mut || {
+                h.on_response_headers(info, status, served, set_headers)
+            });
+        }
+    }
+
+    pub fn on_response_chunk(&self, info: &DispatchInfo, chunk: &[u8], first: bool, now: Instant, obs: &dyn Observer) {
+        for (id, h) in &self.response_hooks {
+            obs.time(ExtensionPoint::ResponseStreaming, id, &mut || h.on_response_chunk(info, chunk, first, now));
+        }
+    }
+
+    pub fn on_complete(&self, info: &DispatchInfo, completion: &Completion) {
+        for (_, h) in &self.response_hooks {
+            h.on_complete(info, completion);
+        }
+    }
+
+    pub fn on_endpoints_removed(&self, removed: &[Arc<Endpoint>]) {
+        if removed.is_empty() {
+            return;
+        }
+        for l in &self.endpoint_listeners {
+            l.on_endpoints_removed(removed);
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The extension points. A plugin type implements one or more of these traits; the registry builds it from
+//! its config entry into a [`BuiltPlugin`] that says which roles it fills.
+//!
+//! Scheduling-cycle traits (`Filter`, `Scorer`, `Picker`, `ProfileHandler`, `DataProducer`, `Admitter`)
+//! are synchronous and pure over the cycle's candidates: no I/O, no locks held across calls, no clock but
+//! `SchedulingRequest::now`. Request-lifecycle traits (`PreRequest`, `ResponseHook`) may update the
+//! plugin's own state (prefix index, in-flight counters).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::rngs::SmallRng;
+
+use super::types::{Candidate, ScoredCandidate, SchedulingRequest, SchedulingResult};
+use crate::datastore::Endpoint;
+
+/// Identity of a configured plugin instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginId {
+    pub type_name: &'static str,
+    pub name: String,
+}
+
+/// Endpoint attributes a producer writes and a consumer reads; used to order producers and to create
+/// missing default producers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DataKey {
+    PrefixCacheMatch,
+    InFlightLoad,
+}
+
+/// Keeps the endpoints the request may go to. `kept` holds indices into `candidates`; a filter removes
+/// entries from it (it may also restore the original list to fail open).
+pub trait Filter: Send + Sync {
+    fn filter(&self, req: &SchedulingRequest<'_>, candidates: &[Candidate], kept: &mut Vec<usize>);
+}
+
+/// What a scorer measures; informational (the Go EPP uses it for validation and docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScorerCategory {
+    Affinity,
+    Distribution,
+    Balance,
+}
+
+/// Scores the endpoints in `subset` (indices into `candidates`), writing `scores[i]` for `subset[i]`.
+/// Scores are clamped to [0, 1] by the framework.
+pub trait Scorer: Send + Sync {
+    fn category(&self) -> ScorerCategory;
+    fn score(&self, req: &SchedulingRequest<'_>, candidates: &[Candidate], subset: &[usize], scores: &mut [f64]);
+}
+
+/// Chooses the target endpoint(s) from the scored survivors, writing candidate indices into `out`, the
+/// primary first. `scored` may be reordered.
+pub trait Picker: Send + Sync {
+    fn pick(&self, scored: &mut [ScoredCandidate], rng: &mut SmallRng, out: &mut Vec<usize>);
+}
+
+/// Decides which profiles run and which result is primary.
+pub trait ProfileHandler: Send + Sync {
+    /// Names of the profiles to run next, given those already run (`done`); empty ends the cycle.
+    fn pick_profiles(&self, req: &SchedulingRequest<'_>, profiles: &[String], done: &[String]) -> Vec<String>;
+    /// Chooses the primary profile among the results.
+    fn primary_profile(&self, results: &[(String, super::types::ProfileRunResult)]) -> Result<String, String>;
+}
+
+/// Attaches per-endpoint attributes to the cycle's candidates before filtering and scoring.
+pub trait DataProducer: Send + Sync {
+    fn produces(&self) -> &'static [DataKey];
+    fn consumes(&self) -> &'static [DataKey] {
+        &[]
+    }
+    fn prepare(&self, req: &SchedulingRequest<'_>, candidates: &mut [Candidate]);
+}
+
+/// May deny a request after candidates are known and before scheduling (denial → 500).
+pub trait Admitter: Send + Sync {
+    fn admit(&self, req: &SchedulingRequest<'_>, candidates: &[Candidate]) -> Result<(), String>;
+}
+
+/// Runs after scheduling, before the request is forwarded (e.g. record the prefix in the index, count
+/// in-flight load).
+pub trait PreRequest: Send + Sync {
+    fn pre_request(&self, req: &SchedulingRequest<'_>, result: &SchedulingResult, dispatch: &DispatchInfo);
+}
+
+/// What the request-lifecycle hooks know about a dispatched request; the same value is handed to
+/// `pre_request` and to every response hook, so releases mirror acquisitions exactly.
+#[derive(Debug, Clone)]
+pub struct DispatchInfo {
+    pub request_id: String,
+    pub target_model: String,
+    pub fairness_id: String,
+    pub priority: i32,
+    /// The primary target.
+    pub endpoint: Arc<Endpoint>,
+    pub input_tokens: u64,
+    pub estimated_tokens: u64,
+    pub dispatched_at: Instant,
+}
+
+/// Token usage reported by the model server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_tokens: u64,
+}
+
+/// How a dispatched request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionKind {
+    /// The response ended normally (whatever its HTTP status).
+    Finished,
+    /// The stream ended before the response did (client cancel, Envoy reset, epp shutdown).
+    Aborted,
+}
+
+/// The end of a dispatched request, seen by `ResponseHook::on_complete` exactly once.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion {
+    pub kind: CompletionKind,
+    pub status: Option<u16>,
+    pub usage: Option<Usage>,
+    pub now: Instant,
+}
+
+/// Response-side hooks. `on_complete` is called exactly once for every request that reached
+/// `pre_request`, however the request ends.
+pub trait ResponseHook: Send + Sync {
+    /// Response headers arrived. `served` is the endpoint Envoy reports it used, if it says; headers to
+    /// add to the response go into `set_headers`.
+    fn on_response_headers(
+        &self,
+        _info: &DispatchInfo,
+        _status: Option<u16>,
+        _served: Option<&str>,
+        _set_headers: &mut Vec<(String, String)>,
+    ) {
+    }
+    /// A response body chunk passed through (`first` for the first one).
+    fn on_response_chunk(&self, _info: &DispatchInfo, _chunk: &[u8], _first: bool, _now: Instant) {}
+    fn on_complete(&self, _info: &DispatchInfo, _completion: &Completion) {}
+}
+
+/// Called when endpoints leave the pool, so plugins drop their per-endpoint state.
+pub trait EndpointListener: Send + Sync {
+    fn on_endpoints_removed(&self, removed: &[Arc<Endpoint>]);
+}
+
+/// A configured plugin instance with the roles it fills.
+#[derive(Clone)]
+pub struct BuiltPlugin {
+    pub id: PluginId,
+    pub filter: Option<Arc<dyn Filter>>,
+    pub scorer: Option<Arc<dyn Scorer>>,
+    pub picker: Option<Arc<dyn Picker>>,
+    pub profile_handler: Option<Arc<dyn ProfileHandler>>,
+    pub producer: Option<Arc<dyn DataProducer>>,
+    pub admitter: Option<Arc<dyn Admitter>>,
+    pub pre_request: Option<Arc<dyn PreRequest>>,
+    pub response: Option<Arc<dyn ResponseHook>>,
+    pub endpoint_listener: Option<Arc<dyn EndpointListener>>,
+    /// Data this plugin reads that a producer must supply.
+    pub consumes: Vec<DataKey>,
+}
+
+impl std::fmt::Debug for BuiltPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuiltPlugin")
+            .field("id", &self.id)
+            .field("filter", &self.filter.is_some())
+            .field("scorer", &self.scorer.is_some())
+            .field("picker", &self.picker.is_some())
+            .field("profile_handler", &self.profile_handler.is_some())
+            .field("producer", &self.producer.is_some())
+            .finish()
+    }
+}
+
+impl BuiltPlugin {
+    pub fn new(type_name: &'static str, name: &str) -> Self {
+        Self {
+            id: PluginId { type_name, name: name.to_string() },
+            filter: None,
+            scorer: None,
+            picker: None,
+            profile_handler: None,
+            producer: None,
+            admitter: None,
+            pre_request: None,
+            response: None,
+            endpoint_listener: None,
+            consumes: Vec::new(),
+        }
+    }
+    pub fn filter(mut self, p: Arc<dyn Filter>) -> Self {
+        self.filter = Some(p);
+        self
+    }
+    pub fn scorer(mut self, p: Arc<dyn Scorer>) -> Self {
+        self.scorer = Some(p);
+        self
+    }
+    pub fn picker(mut self, p: Arc<dyn Picker>) -> Self {
+        self.picker = Some(p);
+        self
+    }
+    pub fn profile_handler(mut self, p: Arc<dyn ProfileHandler>) -> Self {
+        self.profile_handler = Some(p);
+        self
+    }
+    pub fn producer(mut self, p: Arc<dyn DataProducer>) -> Self {
+        self.producer = Some(p);
+        self
+    }
+    pub fn admitter(mut self, p: Arc<dyn Admitter>) -> Self {
+        self.admitter = Some(p);
+        self
+    }
+    pub fn pre_request(mut self, p: Arc<dyn PreRequest>) -> Self {
+        self.pre_request = Some(p);
+        self
+    }
+    pub fn response(mut self, p: Arc<dyn ResponseHook>) -> Self {
+        self.response = Some(p);
+        self
+    }
+    pub fn endpoint_listener(mut self, p: Arc<dyn EndpointListener>) -> Self {
+        self.endpoint_listener = Some(p);
+        self
+    }
+    pub fn consumes(mut self, keys: &[DataKey]) -> Self {
+        self.consumes.extend_from_slice(keys);
+        self
+    }
+}

@@ -1,0 +1,104 @@
+//! One scheduling profile: filters in order, a weighted sum of clamped scores, then the picker.
+
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+
+use super::observer::{ExtensionPoint, Observer};
+use super::plugin::{Filter, Picker, PluginId, Scorer};
+use super::types::{Candidate, ProfileRunResult, ScoredCandidate, SchedulingError, SchedulingRequest};
+
+/// A scorer with its weight in the profile's sum.
+#[derive(Clone)]
+pub struct WeightedScorer {
+    pub id: PluginId,
+    pub scorer: Arc<dyn Scorer>,
+    pub weight: f64,
+}
+
+/// A named chain of filters, weighted scorers and one picker.
+#[derive(Clone)]
+pub struct Profile {
+    pub name: String,
+    pub filters: Vec<(PluginId, Arc<dyn Filter>)>,
+    pub scorers: Vec<WeightedScorer>,
+    pub picker: (PluginId, Arc<dyn Picker>),
+}
+
+impl std::fmt::Debug for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Profile")
+            .field("name", &self.name)
+            .field("filters", &self.filters.iter().map(|(id, _)| &id.name).collect::<Vec<_>>())
+            .field("scorers", &self.scorers.iter().map(|s| (&s.id.name, s.weight)).collect::<Vec<_>>())
+            .field("picker", &self.picker.0.name)
+            .finish()
+    }
+}
+
+/// Reusable buffers for one profile run, so a cycle allocates per request, not per endpoint.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    kept: Vec<usize>,
+    totals: Vec<f64>,
+    scores: Vec<f64>,
+    scored: Vec<ScoredCandidate>,
+    picked: Vec<usize>,
+}
+
+impl Profile {
+    /// Runs the profile over `candidates`. Fails when a filter leaves no endpoint.
+    pub fn run(
+        &self,
+        req: &SchedulingRequest<'_>,
+        candidates: &[Candidate],
+        rng: &mut SmallRng,
+        scratch: &mut Scratch,
+        observer: &dyn Observer,
+    ) -> Result<ProfileRunResult, SchedulingError> {
+        if candidates.is_empty() {
+            return Err(SchedulingError::NoCandidates);
+        }
+        let kept = &mut scratch.kept;
+        kept.clear();
+        kept.extend(0..candidates.len());
+        for (id, filter) in &self.filters {
+            observer.time(ExtensionPoint::Filter, id, &mut || filter.filter(req, candidates, kept));
+            if kept.is_empty() {
+                return Err(SchedulingError::AllFiltered { profile: self.name.clone(), filter: id.name.clone() });
+            }
+        }
+
+        let n = kept.len();
+        scratch.totals.clear();
+        scratch.totals.resize(n, 0.0);
+        for ws in &self.scorers {
+            scratch.scores.clear();
+            scratch.scores.resize(n, 0.0);
+            let scores = &mut scratch.scores;
+            observer.time(ExtensionPoint::Scorer, &ws.id, &mut || ws.scorer.score(req, candidates, kept, scores));
+            for (total, s) in scratch.totals.iter_mut().zip(scratch.scores.iter()) {
+                // Scores outside [0,1] are clamped; NaN counts as 0 so one bad value cannot poison the sum.
+                let s = if s.is_nan() { 0.0 } else { s.clamp(0.0, 1.0) };
+                *total += ws.weight * s;
+            }
+        }
+
+        scratch.scored.clear();
+        scratch.scored.extend(kept.iter().zip(&scratch.totals).map(|(&index, &score)| ScoredCandidate { index, score }));
+        let mut result =
+            ProfileRunResult { targets: Vec::new(), scores: Vec::with_capacity(scratch.scored.len()) };
+        result.scores.extend(scratch.scored.iter().map(|s| (candidates[s.index].endpoint.clone(), s.score)));
+
+        scratch.picked.clear();
+        let (picker_id, picker) = &self.picker;
+        let scored = &mut scratch.scored;
+        let picked = &mut scratch.picked;
+        observer.time(ExtensionPoint::Picker, picker_id, &mut || picker.pick(scored, rng, picked));
+        result.targets.extend(scratch.picked.iter().filter_map(|&i| candidates.get(i)).map(|c| c.endpoint.clone()));
+        if result.targets.is_empty() {
+            return Err(SchedulingError::AllFiltered { profile: self.name.clone(), filter: picker_id.name.clone() });
+        }
+        Ok(result)
+    }
+}

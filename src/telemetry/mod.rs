@@ -1,0 +1,1 @@
+//! Model-server telemetry (work in progress).
