@@ -46,7 +46,14 @@ impl EppMetrics {
     /// A request ended with an error (`*_request_error_total{error_code}`).
     pub fn record_error(&self, _l: RequestLabels<'_>, _code: ErrorCode) {}
     /// A request finished: total duration, response bytes, token usage.
-    pub fn record_response(&self, _l: RequestLabels<'_>, _duration: Duration, _response_bytes: usize, _usage: Option<Usage>) {}
+    pub fn record_response(
+        &self,
+        _l: RequestLabels<'_>,
+        _duration: Duration,
+        _response_bytes: usize,
+        _usage: Option<Usage>,
+    ) {
+    }
     /// Time to first response byte, as seen by epp.
     pub fn record_ttft(&self, _l: RequestLabels<'_>, _ttft: Duration, _streaming: bool) {}
     pub fn running_inc(&self, _l: RequestLabels<'_>) {}

@@ -63,7 +63,8 @@ mod tests {
 
     #[test]
     fn lookup_is_case_insensitive() {
-        let h: Headers = [("X-Request-Id", "abc"), ("Content-Type", "application/json")].into_iter().collect();
+        let h: Headers =
+            [("X-Request-Id", "abc"), ("Content-Type", "application/json")].into_iter().collect();
         assert_eq!(h.get("x-request-id"), Some("abc"));
         assert_eq!(h.get("content-type"), Some("application/json"));
         assert!(!h.contains("missing"));

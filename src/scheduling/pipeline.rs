@@ -176,9 +176,18 @@ impl Pipeline {
         }
     }
 
-    pub fn on_response_chunk(&self, info: &DispatchInfo, chunk: &[u8], first: bool, now: Instant, obs: &dyn Observer) {
+    pub fn on_response_chunk(
+        &self,
+        info: &DispatchInfo,
+        chunk: &[u8],
+        first: bool,
+        now: Instant,
+        obs: &dyn Observer,
+    ) {
         for (id, h) in &self.response_hooks {
-            obs.time(ExtensionPoint::ResponseStreaming, id, &mut || h.on_response_chunk(info, chunk, first, now));
+            obs.time(ExtensionPoint::ResponseStreaming, id, &mut || {
+                h.on_response_chunk(info, chunk, first, now)
+            });
         }
     }
 

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use rand::rngs::SmallRng;
 
-use super::types::{Candidate, ScoredCandidate, SchedulingRequest, SchedulingResult};
+use super::types::{Candidate, SchedulingRequest, SchedulingResult, ScoredCandidate};
 use crate::datastore::Endpoint;
 
 /// Identity of a configured plugin instance.
@@ -47,7 +47,13 @@ pub enum ScorerCategory {
 /// Scores are clamped to [0, 1] by the framework.
 pub trait Scorer: Send + Sync {
     fn category(&self) -> ScorerCategory;
-    fn score(&self, req: &SchedulingRequest<'_>, candidates: &[Candidate], subset: &[usize], scores: &mut [f64]);
+    fn score(
+        &self,
+        req: &SchedulingRequest<'_>,
+        candidates: &[Candidate],
+        subset: &[usize],
+        scores: &mut [f64],
+    );
 }
 
 /// Chooses the target endpoint(s) from the scored survivors, writing candidate indices into `out`, the
@@ -59,9 +65,11 @@ pub trait Picker: Send + Sync {
 /// Decides which profiles run and which result is primary.
 pub trait ProfileHandler: Send + Sync {
     /// Names of the profiles to run next, given those already run (`done`); empty ends the cycle.
-    fn pick_profiles(&self, req: &SchedulingRequest<'_>, profiles: &[String], done: &[String]) -> Vec<String>;
+    fn pick_profiles(&self, req: &SchedulingRequest<'_>, profiles: &[String], done: &[String])
+        -> Vec<String>;
     /// Chooses the primary profile among the results.
-    fn primary_profile(&self, results: &[(String, super::types::ProfileRunResult)]) -> Result<String, String>;
+    fn primary_profile(&self, results: &[(String, super::types::ProfileRunResult)])
+        -> Result<String, String>;
 }
 
 /// Attaches per-endpoint attributes to the cycle's candidates before filtering and scoring.

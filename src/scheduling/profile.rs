@@ -6,7 +6,7 @@ use rand::rngs::SmallRng;
 
 use super::observer::{ExtensionPoint, Observer};
 use super::plugin::{Filter, Picker, PluginId, Scorer};
-use super::types::{Candidate, ProfileRunResult, ScoredCandidate, SchedulingError, SchedulingRequest};
+use super::types::{Candidate, ProfileRunResult, SchedulingError, SchedulingRequest, ScoredCandidate};
 
 /// A scorer with its weight in the profile's sum.
 #[derive(Clone)]
@@ -65,7 +65,10 @@ impl Profile {
         for (id, filter) in &self.filters {
             observer.time(ExtensionPoint::Filter, id, &mut || filter.filter(req, candidates, kept));
             if kept.is_empty() {
-                return Err(SchedulingError::AllFiltered { profile: self.name.clone(), filter: id.name.clone() });
+                return Err(SchedulingError::AllFiltered {
+                    profile: self.name.clone(),
+                    filter: id.name.clone(),
+                });
             }
         }
 
@@ -76,7 +79,8 @@ impl Profile {
             scratch.scores.clear();
             scratch.scores.resize(n, 0.0);
             let scores = &mut scratch.scores;
-            observer.time(ExtensionPoint::Scorer, &ws.id, &mut || ws.scorer.score(req, candidates, kept, scores));
+            observer
+                .time(ExtensionPoint::Scorer, &ws.id, &mut || ws.scorer.score(req, candidates, kept, scores));
             for (total, s) in scratch.totals.iter_mut().zip(scratch.scores.iter()) {
                 // Scores outside [0,1] are clamped; NaN counts as 0 so one bad value cannot poison the sum.
                 let s = if s.is_nan() { 0.0 } else { s.clamp(0.0, 1.0) };
@@ -85,7 +89,9 @@ impl Profile {
         }
 
         scratch.scored.clear();
-        scratch.scored.extend(kept.iter().zip(&scratch.totals).map(|(&index, &score)| ScoredCandidate { index, score }));
+        scratch.scored.extend(
+            kept.iter().zip(&scratch.totals).map(|(&index, &score)| ScoredCandidate { index, score }),
+        );
         let mut result =
             ProfileRunResult { targets: Vec::new(), scores: Vec::with_capacity(scratch.scored.len()) };
         result.scores.extend(scratch.scored.iter().map(|s| (candidates[s.index].endpoint.clone(), s.score)));
@@ -95,9 +101,14 @@ impl Profile {
         let scored = &mut scratch.scored;
         let picked = &mut scratch.picked;
         observer.time(ExtensionPoint::Picker, picker_id, &mut || picker.pick(scored, rng, picked));
-        result.targets.extend(scratch.picked.iter().filter_map(|&i| candidates.get(i)).map(|c| c.endpoint.clone()));
+        result
+            .targets
+            .extend(scratch.picked.iter().filter_map(|&i| candidates.get(i)).map(|c| c.endpoint.clone()));
         if result.targets.is_empty() {
-            return Err(SchedulingError::AllFiltered { profile: self.name.clone(), filter: picker_id.name.clone() });
+            return Err(SchedulingError::AllFiltered {
+                profile: self.name.clone(),
+                filter: picker_id.name.clone(),
+            });
         }
         Ok(result)
     }

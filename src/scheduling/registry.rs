@@ -35,8 +35,11 @@ pub struct FactoryContext {
 }
 
 /// Builds a plugin instance from its name and its `parameters` block (`None` when absent).
-pub type Factory =
-    fn(name: &str, params: Option<&serde_json::Value>, ctx: &FactoryContext) -> Result<BuiltPlugin, PluginError>;
+pub type Factory = fn(
+    name: &str,
+    params: Option<&serde_json::Value>,
+    ctx: &FactoryContext,
+) -> Result<BuiltPlugin, PluginError>;
 
 /// Plugin factories by type name.
 #[derive(Debug, Default, Clone)]
