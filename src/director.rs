@@ -1,1 +1,0 @@
-//! Request orchestration (work in progress).

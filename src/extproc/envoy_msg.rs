@@ -1,0 +1,129 @@
+//! Reading what epp needs out of Envoy's request messages: headers, metadata hints, processing modes.
+
+use envoy_types::pb::envoy::config::core::v3::{HeaderMap, Metadata};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::google::protobuf::value::Kind;
+
+use crate::director::SubsetHint;
+use crate::request::Headers;
+
+/// Metadata namespace and key of the gateway's subset hint.
+pub const SUBSET_NAMESPACE: &str = "envoy.lb.subset_hint";
+pub const SUBSET_KEY: &str = "x-gateway-destination-endpoint-subset";
+/// Metadata key (in `envoy.lb`) of the endpoint Envoy actually used.
+pub const SERVED_KEY: &str = "x-gateway-destination-endpoint-served";
+
+/// Converts Envoy's header map; names lower-cased, value from `raw_value` when set, else `value`.
+pub fn headers_of(map: Option<&HeaderMap>) -> Headers {
+    let mut headers = Headers::new();
+    if let Some(map) = map {
+        for h in &map.headers {
+            let value = if h.raw_value.is_empty() {
+                h.value.clone()
+            } else {
+                String::from_utf8_lossy(&h.raw_value).into_owned()
+            };
+            headers.push(&h.key, value);
+        }
+    }
+    headers
+}
+
+fn list_of_strings(kind: Option<&Kind>) -> Option<Vec<String>> {
+    match kind? {
+        Kind::ListValue(list) => Some(
+            list.values
+                .iter()
+                .filter_map(|v| match &v.kind {
+                    Some(Kind::StringValue(s)) => Some(s.clone()),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        // Tolerate a single comma-separated string.
+        Kind::StringValue(s) => {
+            Some(s.split(',').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect())
+        }
+        _ => None,
+    }
+}
+
+/// The subset hint, if the gateway sent one.
+pub fn subset_hint(md: Option<&Metadata>) -> Option<SubsetHint> {
+    let ns = md?.filter_metadata.get(SUBSET_NAMESPACE)?;
+    let value = ns.fields.get(SUBSET_KEY)?;
+    Some(SubsetHint::Only(list_of_strings(value.kind.as_ref()).unwrap_or_default()))
+}
+
+/// The endpoint Envoy reports it served the request from.
+pub fn served_endpoint(md: Option<&Metadata>) -> Option<String> {
+    let ns = md?.filter_metadata.get("envoy.lb")?;
+    match ns.fields.get(SERVED_KEY)?.kind.as_ref()? {
+        Kind::StringValue(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// The body modes Envoy says it uses (sent in the first message of a stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyModes {
+    pub request: BodySendMode,
+    pub response: BodySendMode,
+}
+
+impl Default for BodyModes {
+    /// Without a protocol configuration, assume the mode the EPP protocol mandates.
+    fn default() -> Self {
+        Self { request: BodySendMode::FullDuplexStreamed, response: BodySendMode::FullDuplexStreamed }
+    }
+}
+
+pub fn body_mode(raw: i32) -> BodySendMode {
+    BodySendMode::try_from(raw).unwrap_or(BodySendMode::None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+    use envoy_types::pb::google::protobuf::{ListValue, Struct, Value};
+    use std::collections::HashMap;
+
+    #[test]
+    fn raw_value_wins_and_names_are_lowercased() {
+        let map = HeaderMap {
+            headers: vec![
+                HeaderValue { key: "X-Request-Id".into(), value: "".into(), raw_value: b"abc".to_vec() },
+                HeaderValue { key: ":path".into(), value: "/v1/completions".into(), raw_value: vec![] },
+            ],
+        };
+        let h = headers_of(Some(&map));
+        assert_eq!(h.get("x-request-id"), Some("abc"));
+        assert_eq!(h.get(":path"), Some("/v1/completions"));
+    }
+
+    #[test]
+    fn subset_hint_list_and_empty() {
+        let list = |items: &[&str]| Value {
+            kind: Some(Kind::ListValue(ListValue {
+                values: items
+                    .iter()
+                    .map(|s| Value { kind: Some(Kind::StringValue(s.to_string())) })
+                    .collect(),
+            })),
+        };
+        let md = |v: Value| Metadata {
+            filter_metadata: HashMap::from([(
+                SUBSET_NAMESPACE.to_string(),
+                Struct { fields: HashMap::from([(SUBSET_KEY.to_string(), v)]) },
+            )]),
+            ..Default::default()
+        };
+        assert_eq!(
+            subset_hint(Some(&md(list(&["1.2.3.4:80"])))),
+            Some(SubsetHint::Only(vec!["1.2.3.4:80".into()]))
+        );
+        assert_eq!(subset_hint(Some(&md(list(&[])))), Some(SubsetHint::Only(vec![])));
+        assert_eq!(subset_hint(None), None);
+    }
+}

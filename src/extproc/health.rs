@@ -1,0 +1,24 @@
+//! gRPC health on the health port: `liveness`, `readiness`, `""` and the ext_proc service name, as the
+//! Go EPP serves them (Envoy health-checks the EPP with the ext_proc service name).
+
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+/// Service names the health server answers for readiness.
+pub const READINESS_SERVICES: &[&str] = &["readiness", "", "envoy.service.ext_proc.v3.ExternalProcessor"];
+
+/// Sets liveness serving and readiness to `ready`.
+pub async fn set_ready(reporter: &HealthReporter, ready: bool) {
+    reporter.set_service_status("liveness", ServingStatus::Serving).await;
+    let status = if ready { ServingStatus::Serving } else { ServingStatus::NotServing };
+    for name in READINESS_SERVICES {
+        reporter.set_service_status(*name, status).await;
+    }
+}
+
+/// Marks everything not serving (shutdown).
+pub async fn set_shutting_down(reporter: &HealthReporter) {
+    for name in READINESS_SERVICES.iter().chain(["liveness"].iter()) {
+        reporter.set_service_status(*name, ServingStatus::NotServing).await;
+    }
+}

@@ -1,0 +1,375 @@
+//! One ext_proc stream = one HTTP request. This is the state machine that turns Envoy's messages into
+//! director calls and answers, keeping the headers → body → trailers order Envoy requires.
+//!
+//! FULL_DUPLEX_STREAMED: the request-headers answer is deferred until the body is complete (end of stream
+//! or trailers), then the routing headers and the body follow. BUFFERED: headers are answered at once
+//! and the routing rides on the body answer. Response messages are passed straight through, chunk by
+//! chunk, never buffered.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    processing_request::Request as Msg, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
+};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::envoy_msg::{body_mode, headers_of, served_endpoint, subset_hint, BodyModes};
+use super::responses;
+use crate::director::{Director, IncomingRequest, Routed};
+use crate::error::RequestError;
+use crate::request::{parse_usage_json, rewrite_response_model, UsageScanner};
+use crate::scheduling::CompletionKind;
+
+/// Limits that protect epp from hostile or broken peers.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamLimits {
+    /// Largest request body epp accepts.
+    pub max_request_body: usize,
+    /// Most bytes of a non-streamed response kept to read `usage` from.
+    pub max_usage_buffer: usize,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        Self { max_request_body: 64 << 20, max_usage_buffer: 4 << 20 }
+    }
+}
+
+/// Where the stream is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    AwaitingHeaders,
+    ReceivingBody,
+    Routed,
+    /// An immediate response was sent; nothing more is answered.
+    Finished,
+}
+
+/// The response-side state of a routed request.
+struct RoutedState {
+    routed: Routed,
+    streaming_response: bool,
+    sse: UsageScanner,
+    json: Vec<u8>,
+    json_overflow: bool,
+    response_headers_seen: bool,
+}
+
+type Tx = mpsc::Sender<Result<ProcessingResponse, Status>>;
+
+/// Handles one ext_proc stream.
+pub struct StreamHandler {
+    director: Arc<Director>,
+    limits: StreamLimits,
+    tx: Tx,
+    modes: BodyModes,
+    modes_known: bool,
+    phase: Phase,
+    req: IncomingRequest,
+    state: Option<RoutedState>,
+    /// Time spent inside epp on the request path (excludes waiting for Envoy's next chunk).
+    request_work: Duration,
+}
+
+/// The stream has ended (Envoy went away or an answer could not be sent).
+struct Closed;
+
+impl StreamHandler {
+    pub fn new(director: Arc<Director>, limits: StreamLimits, tx: Tx) -> Self {
+        Self {
+            director,
+            limits,
+            tx,
+            modes: BodyModes::default(),
+            modes_known: false,
+            phase: Phase::AwaitingHeaders,
+            req: IncomingRequest::default(),
+            state: None,
+            request_work: Duration::ZERO,
+        }
+    }
+
+    /// Runs until Envoy ends the stream. Whatever was dispatched is completed when this returns.
+    pub async fn run(mut self, mut inbound: tonic::Streaming<ProcessingRequest>) {
+        loop {
+            let msg = tokio::select! {
+                m = inbound.message() => m,
+                // Envoy gave up on the stream: stop reading.
+                _ = self.tx.closed() => break,
+            };
+            match msg {
+                Ok(Some(m)) => {
+                    if self.handle(m).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(status) => {
+                    if status.code() != tonic::Code::Cancelled {
+                        tracing::debug!(request_id = %self.req.request_id, %status, "ext_proc stream error");
+                    }
+                    break;
+                }
+            }
+        }
+        self.finish();
+    }
+
+    /// Completes a dispatched request at stream end: normally when Envoy sends no response body (BUFFERED
+    /// configs with `response_body_mode: NONE`), as aborted otherwise (cancel, reset).
+    fn finish(&mut self) {
+        if let Some(mut st) = self.state.take() {
+            let kind = if st.response_headers_seen && self.modes.response == BodySendMode::None {
+                CompletionKind::Finished
+            } else {
+                CompletionKind::Aborted
+            };
+            st.routed.active.complete(kind, None);
+        }
+    }
+
+    async fn send(&self, r: ProcessingResponse) -> Result<(), Closed> {
+        self.tx.send(Ok(r)).await.map_err(|_| Closed)
+    }
+
+    async fn send_all(&self, rs: Vec<ProcessingResponse>) -> Result<(), Closed> {
+        for r in rs {
+            self.send(r).await?;
+        }
+        Ok(())
+    }
+
+    async fn handle(&mut self, m: ProcessingRequest) -> Result<(), Closed> {
+        if !self.modes_known {
+            if let Some(pc) = m.protocol_config {
+                self.modes = BodyModes {
+                    request: body_mode(pc.request_body_mode),
+                    response: body_mode(pc.response_body_mode),
+                };
+            }
+            self.modes_known = true;
+        }
+        let Some(request) = m.request else { return Ok(()) };
+        if self.phase == Phase::Finished {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let md = m.metadata_context.as_ref();
+        let result = match request {
+            Msg::RequestHeaders(h) => {
+                if let Some(hint) = subset_hint(md) {
+                    self.req.subset = hint;
+                }
+                self.on_request_headers(h).await
+            }
+            Msg::RequestBody(b) => {
+                if let Some(hint) = subset_hint(md) {
+                    self.req.subset = hint;
+                }
+                self.on_request_body(b).await
+            }
+            Msg::RequestTrailers(_) => self.on_request_trailers().await,
+            Msg::ResponseHeaders(h) => {
+                let served = served_endpoint(md);
+                let r = self.on_response_headers(h, served).await;
+                self.director.metrics().observe_response_processing(started.elapsed());
+                return r;
+            }
+            Msg::ResponseBody(b) => {
+                let r = self.on_response_body(b).await;
+                self.director.metrics().observe_response_processing(started.elapsed());
+                return r;
+            }
+            Msg::ResponseTrailers(_) => {
+                if let Some(st) = self.state.as_mut() {
+                    st_complete(st, CompletionKind::Finished);
+                }
+                return self.send(responses::trailers(false)).await;
+            }
+        };
+        self.request_work += started.elapsed();
+        result
+    }
+
+    async fn on_request_headers(&mut self, h: HttpHeaders) -> Result<(), Closed> {
+        let headers = headers_of(h.headers.as_ref());
+        self.req.path = headers.get(":path").unwrap_or("/v1/completions").to_string();
+        match headers.get("x-request-id").filter(|v| !v.is_empty()) {
+            Some(id) => self.req.request_id = id.to_string(),
+            None => {
+                self.req.request_id = uuid::Uuid::new_v4().to_string();
+                self.req.generated_id = true;
+            }
+        }
+        let expected = headers.get("content-length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+        self.req.body = Vec::with_capacity(expected.min(self.limits.max_request_body));
+        self.req.headers = headers;
+        self.req.received_at = Some(Instant::now());
+
+        // No body will come (GET, or Envoy sends no body): route on headers alone.
+        if h.end_of_stream || self.modes.request == BodySendMode::None {
+            self.req.header_only = true;
+            return self.route_and_answer(false).await;
+        }
+        match self.modes.request {
+            BodySendMode::Buffered | BodySendMode::BufferedPartial => {
+                self.phase = Phase::ReceivingBody;
+                self.send(responses::continue_request_headers()).await
+            }
+            BodySendMode::FullDuplexStreamed => {
+                self.phase = Phase::ReceivingBody;
+                Ok(())
+            }
+            other => {
+                self.reject(RequestError::internal(format!(
+                    "unsupported request_body_mode {}: configure FULL_DUPLEX_STREAMED or BUFFERED",
+                    other.as_str_name()
+                )))
+                .await
+            }
+        }
+    }
+
+    async fn on_request_body(&mut self, b: HttpBody) -> Result<(), Closed> {
+        if self.phase != Phase::ReceivingBody {
+            return Ok(());
+        }
+        if self.req.body.len() + b.body.len() > self.limits.max_request_body {
+            let limit = self.limits.max_request_body;
+            return self
+                .reject(RequestError::bad_request(format!("request body exceeds {limit} bytes")))
+                .await;
+        }
+        if self.req.body.is_empty() && self.req.body.capacity() < b.body.len() {
+            // First chunk and no Content-Length: take ownership instead of copying.
+            self.req.body = b.body;
+        } else {
+            self.req.body.extend_from_slice(&b.body);
+        }
+        if b.end_of_stream {
+            return self.route_and_answer(false).await;
+        }
+        Ok(())
+    }
+
+    async fn on_request_trailers(&mut self) -> Result<(), Closed> {
+        if self.phase == Phase::ReceivingBody {
+            // With trailers, the trailers message (not end_of_stream on a chunk) ends the body.
+            self.route_and_answer(true).await?;
+            if self.phase == Phase::Finished {
+                return Ok(());
+            }
+        }
+        self.send(responses::trailers(true)).await
+    }
+
+    /// Routes the fully received request and sends the routing answer in the shape the mode requires.
+    async fn route_and_answer(&mut self, trailers_follow: bool) -> Result<(), Closed> {
+        let routed = match self.director.route(&self.req).await {
+            Ok(r) => r,
+            Err((err, labels)) => {
+                self.director.metrics().record_error(labels.as_labels(), err.code);
+                return self.reject(err).await;
+            }
+        };
+        self.phase = Phase::Routed;
+        let header_only = self.req.header_only;
+        let buffered = matches!(self.modes.request, BodySendMode::Buffered | BodySendMode::BufferedPartial);
+        let answers = if header_only {
+            vec![responses::routed_request_headers(&routed.mutation)]
+        } else if buffered {
+            vec![responses::routed_request_body(&routed.mutation, routed.new_body.clone())]
+        } else {
+            let body = routed.new_body.as_deref().unwrap_or(&self.req.body);
+            let mut v = vec![responses::routed_request_headers(&routed.mutation)];
+            v.extend(responses::streamed_body(body, !trailers_follow, true));
+            v
+        };
+        self.director.metrics().observe_request_processing(self.request_work);
+        self.state = Some(RoutedState {
+            streaming_response: routed.stream,
+            routed,
+            sse: UsageScanner::default(),
+            json: Vec::new(),
+            json_overflow: false,
+            response_headers_seen: false,
+        });
+        // The request body is no longer needed once forwarded.
+        let body = std::mem::take(&mut self.req.body);
+        let sent = self.send_all(answers).await;
+        drop(body);
+        sent
+    }
+
+    async fn reject(&mut self, err: RequestError) -> Result<(), Closed> {
+        tracing::debug!(request_id = %self.req.request_id, error = %err, "request rejected");
+        self.phase = Phase::Finished;
+        self.send(responses::immediate(&err)).await
+    }
+
+    async fn on_response_headers(&mut self, h: HttpHeaders, served: Option<String>) -> Result<(), Closed> {
+        let headers = headers_of(h.headers.as_ref());
+        let Some(st) = self.state.as_mut() else {
+            return self.send(responses::response_headers(&[])).await;
+        };
+        let status = headers.get(":status").and_then(|s| s.parse::<u16>().ok());
+        if headers.get("content-type").is_some_and(|c| c.contains("text/event-stream")) {
+            st.streaming_response = true;
+        }
+        st.response_headers_seen = true;
+        let set = st.routed.active.on_response_headers(status, st.streaming_response, served.as_deref());
+        if h.end_of_stream {
+            st_complete(st, CompletionKind::Finished);
+        }
+        self.send(responses::response_headers(&set)).await
+    }
+
+    async fn on_response_body(&mut self, b: HttpBody) -> Result<(), Closed> {
+        let duplex = self.modes.response == BodySendMode::FullDuplexStreamed;
+        let max_usage = self.limits.max_usage_buffer;
+        let Some(st) = self.state.as_mut() else {
+            let answer = if duplex {
+                responses::streamed_body(&b.body, b.end_of_stream, false)
+            } else {
+                vec![responses::continue_response_body(None)]
+            };
+            return self.send_all(answer).await;
+        };
+        st.routed.active.on_response_chunk(&b.body, Instant::now());
+        if st.streaming_response {
+            st.sse.feed(&b.body);
+        } else if !st.json_overflow {
+            if st.json.len() + b.body.len() <= max_usage {
+                st.json.extend_from_slice(&b.body);
+            } else {
+                st.json_overflow = true;
+                st.json = Vec::new();
+            }
+        }
+        let rewritten =
+            if st.routed.target_model != st.routed.incoming_model && !st.routed.incoming_model.is_empty() {
+                rewrite_response_model(&b.body, &st.routed.target_model, &st.routed.incoming_model)
+            } else {
+                None
+            };
+        if b.end_of_stream {
+            st_complete(st, CompletionKind::Finished);
+        }
+        if duplex {
+            let body = rewritten.as_deref().unwrap_or(&b.body);
+            self.send_all(responses::streamed_body(body, b.end_of_stream, false)).await
+        } else {
+            self.send(responses::continue_response_body(rewritten)).await
+        }
+    }
+}
+
+/// Completes the routed request with whatever usage the response carried.
+fn st_complete(st: &mut RoutedState, kind: CompletionKind) {
+    let usage = if st.streaming_response { st.sse.usage() } else { parse_usage_json(&st.json) };
+    st.routed.active.complete(kind, usage);
+    st.json = Vec::new();
+}
