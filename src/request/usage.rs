@@ -6,3 +6,9 @@ pub fn parse_usage_json(_body: &[u8]) -> Option<Usage> {
 /// Scans SSE chunks for usage (work in progress).
 #[derive(Debug, Default)]
 pub struct UsageScanner;
+impl UsageScanner {
+    pub fn feed(&mut self, _c: &[u8]) {}
+    pub fn usage(&self) -> Option<Usage> {
+        None
+    }
+}
