@@ -4,6 +4,7 @@
 
 mod headers;
 mod openai;
+mod prompt;
 mod rewrite;
 mod tokens;
 mod usage;
@@ -11,9 +12,9 @@ mod usage;
 use std::ops::Range;
 
 pub use headers::{Headers, CONTROL_HEADERS};
-pub use openai::parse_request;
+pub use openai::{api_kind_for_path, parse_request};
 pub use rewrite::{rewrite_response_model, splice_model};
-pub use tokens::TokenEstimator;
+pub use tokens::{TokenEstimator, TokenEstimatorError, TokenEstimatorParams};
 pub use usage::{parse_usage_json, UsageScanner};
 
 /// Which OpenAI API a request is for, chosen by path suffix.
