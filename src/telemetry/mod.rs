@@ -1,1 +1,30 @@
-//! Model-server telemetry (work in progress).
+//! Model-server telemetry: scrape each endpoint's Prometheus `/metrics` page and publish what it says
+//! about load (queue, running batch, KV usage, LoRA adapters, KV-cache geometry) into the datastore.
+//!
+//! The pieces, bottom up: [`parser`] walks the text format without copying and skips every family the
+//! engine does not need; [`MetricSpec`] selects series the way the Go EPP's engine configs do;
+//! [`EngineSet`] holds the per-engine mappings (vLLM, SGLang, TensorRT-LLM, Triton) built from the
+//! `core-metrics-extractor` parameters; [`extract`] turns one page into [`EndpointMetrics`]; and
+//! [`spawn_scrapers`] keeps one scrape loop per datastore endpoint.
+//!
+//! [`EndpointMetrics`]: crate::datastore::EndpointMetrics
+
+mod engines;
+mod extractor;
+pub mod parser;
+mod scraper;
+mod spec;
+mod supervisor;
+
+pub use engines::{
+    DataSourceParams, EngineConfigParams, EngineMapping, EngineSet, ExtractorParams, MetricsScheme,
+    SeriesAggregation, TelemetryConfigError, DEFAULT_ENGINE, DEFAULT_ENGINE_LABEL_KEY, RESERVED_ENGINE_NAME,
+};
+pub use extractor::{extract, ExtractError, ExtractProblem, Extraction};
+pub use parser::{Labels, Sample, SampleIter};
+pub use scraper::{ScrapeConfig, ScrapeError, Scraper, TelemetryUpdated};
+pub use spec::{MetricSpec, SpecError};
+pub use supervisor::{spawn_scrapers, ScrapeLoops};
+
+#[cfg(test)]
+mod test_data;

@@ -1,0 +1,250 @@
+//! One scrape loop per endpoint: fetch `/metrics`, extract, publish into the endpoint's telemetry slot.
+//!
+//! Timing follows the Go EPP (model-servers.md §1, §5): a 50ms ticker that delays rather than bursts
+//! after a slow poll, a 1s bound on each poll, a 10s HTTP client timeout behind it, non-200 as an error.
+//! One `reqwest::Client` is shared by all loops so connections are kept alive per endpoint. Errors are
+//! logged only when the state changes (healthy → failing, one failure → a different one, failing →
+//! recovered): at 20 polls a second a down endpoint would otherwise flood the log.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
+
+use super::engines::{EngineMapping, EngineSet};
+use super::extractor::{extract, ExtractError};
+use crate::datastore::Endpoint;
+
+/// Called after each scrape that published new telemetry (the flow controller uses it to wake dispatch).
+pub type TelemetryUpdated = Arc<dyn Fn() + Send + Sync>;
+
+/// How endpoints are scraped.
+#[derive(Clone)]
+pub struct ScrapeConfig {
+    /// Time between polls of one endpoint (`--refresh-metrics-interval`, default 50ms).
+    pub refresh_interval: Duration,
+    /// Bound on one poll, request and body together (default 1s).
+    pub poll_timeout: Duration,
+    /// The HTTP client's own timeout (default 10s); the poll timeout normally fires first.
+    pub http_timeout: Duration,
+    /// Accept any TLS certificate for `https` scrapes (`insecureSkipVerify`, default true).
+    pub insecure_skip_verify: bool,
+    /// A page larger than this is an error rather than a memory spike (default 16 MiB).
+    pub max_page_bytes: usize,
+    pub engines: Arc<EngineSet>,
+    pub on_update: Option<TelemetryUpdated>,
+}
+
+impl Default for ScrapeConfig {
+    fn default() -> Self {
+        Self {
+            refresh_interval: Duration::from_millis(50),
+            poll_timeout: Duration::from_secs(1),
+            http_timeout: Duration::from_secs(10),
+            insecure_skip_verify: true,
+            max_page_bytes: 16 << 20,
+            engines: Arc::new(EngineSet::builtin()),
+            on_update: None,
+        }
+    }
+}
+
+impl fmt::Debug for ScrapeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScrapeConfig")
+            .field("refresh_interval", &self.refresh_interval)
+            .field("poll_timeout", &self.poll_timeout)
+            .field("http_timeout", &self.http_timeout)
+            .field("insecure_skip_verify", &self.insecure_skip_verify)
+            .field("max_page_bytes", &self.max_page_bytes)
+            .field("engines", &self.engines)
+            .field("on_update", &self.on_update.is_some())
+            .finish()
+    }
+}
+
+/// Why one scrape failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeError {
+    #[error("building the HTTP client: {0}")]
+    Client(String),
+    #[error("scrape timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("request failed: {0}")]
+    Request(String),
+    #[error("unexpected HTTP status {0}")]
+    Status(u16),
+    #[error("page larger than {0} bytes")]
+    TooLarge(usize),
+    /// The page was read and what could be extracted was published, but something was missing.
+    #[error("{0}")]
+    Extract(#[from] ExtractError),
+}
+
+/// Shared by every endpoint's scrape loop: the HTTP client and the configuration.
+#[derive(Debug)]
+pub struct Scraper {
+    client: reqwest::Client,
+    config: ScrapeConfig,
+}
+
+impl Scraper {
+    pub fn new(config: ScrapeConfig) -> Result<Self, ScrapeError> {
+        let client = reqwest::Client::builder()
+            .timeout(config.http_timeout)
+            .pool_max_idle_per_host(2)
+            .danger_accept_invalid_certs(config.insecure_skip_verify)
+            .build()
+            .map_err(|e| ScrapeError::Client(error_chain(&e)))?;
+        Ok(Self { client, config })
+    }
+
+    pub fn config(&self) -> &ScrapeConfig {
+        &self.config
+    }
+
+    /// One poll of `endpoint`: fetch into `body` (a buffer reused across polls), extract with `engine`,
+    /// publish. On an extraction problem the partial metrics are still published and the problem returned.
+    pub async fn scrape_once(
+        &self,
+        endpoint: &Endpoint,
+        engine: &EngineMapping,
+        body: &mut Vec<u8>,
+    ) -> Result<(), ScrapeError> {
+        let timeout = self.config.poll_timeout;
+        tokio::time::timeout(timeout, self.fetch(&endpoint.metrics_url, body))
+            .await
+            .map_err(|_| ScrapeError::Timeout(timeout))??;
+        let extraction = extract(body, engine, &endpoint.metrics(), Instant::now());
+        endpoint.update_metrics(extraction.metrics);
+        if let Some(notify) = &self.config.on_update {
+            notify();
+        }
+        match extraction.error {
+            None => Ok(()),
+            Some(e) => Err(e.into()),
+        }
+    }
+
+    async fn fetch(&self, url: &str, body: &mut Vec<u8>) -> Result<(), ScrapeError> {
+        body.clear();
+        let request_failed = |e: reqwest::Error| ScrapeError::Request(error_chain(&e));
+        let mut response = self.client.get(url).send().await.map_err(request_failed)?;
+        if response.status() != reqwest::StatusCode::OK {
+            return Err(ScrapeError::Status(response.status().as_u16()));
+        }
+        while let Some(chunk) = response.chunk().await.map_err(request_failed)? {
+            if body.len() + chunk.len() > self.config.max_page_bytes {
+                return Err(ScrapeError::TooLarge(self.config.max_page_bytes));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(())
+    }
+
+    /// Starts the scrape loop of one endpoint; it runs until the handle is aborted.
+    pub fn spawn_endpoint(self: &Arc<Self>, endpoint: Arc<Endpoint>) -> JoinHandle<()> {
+        let scraper = Arc::clone(self);
+        tokio::spawn(async move { scraper.run_endpoint(endpoint).await })
+    }
+
+    async fn run_endpoint(&self, endpoint: Arc<Endpoint>) {
+        // Labels are fixed for an endpoint's lifetime (a label change makes a new endpoint), so the
+        // engine is chosen once.
+        let engine = Arc::clone(self.config.engines.for_labels(&endpoint.labels));
+        // tokio's interval panics on a zero period; a configuration of 0 means "as fast as allowed".
+        let period = self.config.refresh_interval.max(Duration::from_millis(1));
+        let mut ticker = tokio::time::interval(period);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut body = Vec::new();
+        let mut health = ScrapeHealth::default();
+        loop {
+            ticker.tick().await;
+            let result = self.scrape_once(&endpoint, &engine, &mut body).await;
+            match health.observe(result.err().map(|e| e.to_string())) {
+                Transition::Failed(reason) => tracing::warn!(
+                    endpoint = %endpoint.name,
+                    url = %endpoint.metrics_url,
+                    engine = %engine.name,
+                    error = %reason,
+                    "metrics scrape failed"
+                ),
+                Transition::Recovered => tracing::info!(
+                    endpoint = %endpoint.name,
+                    url = %endpoint.metrics_url,
+                    "metrics scrape recovered"
+                ),
+                Transition::Unchanged => {}
+            }
+        }
+    }
+}
+
+/// The error state of one endpoint's scrapes, so that only changes are logged.
+#[derive(Debug, Default)]
+pub(crate) struct ScrapeHealth {
+    last_error: Option<String>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Transition<'a> {
+    /// Newly failing, or failing for a different reason than last time.
+    Failed(&'a str),
+    Recovered,
+    Unchanged,
+}
+
+impl ScrapeHealth {
+    pub(crate) fn observe(&mut self, error: Option<String>) -> Transition<'_> {
+        match error {
+            None => match self.last_error.take() {
+                Some(_) => Transition::Recovered,
+                None => Transition::Unchanged,
+            },
+            Some(e) if self.last_error.as_deref() == Some(e.as_str()) => Transition::Unchanged,
+            Some(e) => Transition::Failed(self.last_error.insert(e)),
+        }
+    }
+}
+
+/// `reqwest`'s top-level message names only the URL; the cause (refused, reset, DNS) is in the chain.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_transitions_are_reported() {
+        let mut health = ScrapeHealth::default();
+        assert_eq!(health.observe(None), Transition::Unchanged);
+        assert_eq!(health.observe(Some("status 500".into())), Transition::Failed("status 500"));
+        assert_eq!(health.observe(Some("status 500".into())), Transition::Unchanged);
+        assert_eq!(health.observe(Some("timed out".into())), Transition::Failed("timed out"));
+        assert_eq!(health.observe(Some("timed out".into())), Transition::Unchanged);
+        assert_eq!(health.observe(None), Transition::Recovered);
+        assert_eq!(health.observe(None), Transition::Unchanged);
+        assert_eq!(health.observe(Some("status 500".into())), Transition::Failed("status 500"));
+    }
+
+    #[test]
+    fn default_config_matches_the_go_defaults() {
+        let c = ScrapeConfig::default();
+        assert_eq!(c.refresh_interval, Duration::from_millis(50));
+        assert_eq!(c.poll_timeout, Duration::from_secs(1));
+        assert_eq!(c.http_timeout, Duration::from_secs(10));
+        assert!(c.insecure_skip_verify);
+        assert!(format!("{c:?}").contains("on_update: false"));
+    }
+}
