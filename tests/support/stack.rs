@@ -1,0 +1,39 @@
+//! The whole e2e stack in one call: test backends, epp pointed at them, and Envoy pointed at epp.
+//!
+//! Why: almost every e2e test through epp needs the same three processes wired the same way; keeping the
+//! wiring here means a test only states what differs (template, backend flags, epp flags).
+
+use super::{envoy_or_skip, start_envoy_on_free_ports, start_epp_for, start_test_backends};
+use super::{Envoy, Epp, TestBackends};
+
+/// A running stack. Fields drop in order: Envoy first (no new traffic), then epp, then the backends.
+pub struct Stack {
+    pub envoy: Envoy,
+    pub epp: Epp,
+    pub backends: TestBackends,
+}
+
+impl Stack {
+    /// `http://127.0.0.1:<envoy listen port><path>`: where clients send requests.
+    pub fn url(&self, path: &str) -> String {
+        self.envoy.url(path)
+    }
+}
+
+/// Starts `backend_count` backends (with `backend_args`), epp with `--endpoints` set to them (plus
+/// `epp_args`), and Envoy from `template` (`envoy-full-duplex.yaml` or `envoy-buffered.yaml`) with
+/// `EXTPROC_PORT` set to epp's gRPC port. Returns `None` (test skipped) when Envoy is not installed and
+/// this is not CI.
+pub fn start_stack(
+    test_name: &str,
+    template: &str,
+    backend_count: usize,
+    backend_args: &[&str],
+    epp_args: &[&str],
+) -> Option<Stack> {
+    envoy_or_skip(test_name)?;
+    let backends = start_test_backends(backend_count, backend_args);
+    let epp = start_epp_for(&backends.endpoints(), epp_args);
+    let envoy = start_envoy_on_free_ports(template, &[("EXTPROC_PORT", epp.grpc_port.to_string())]);
+    Some(Stack { envoy, epp, backends })
+}
