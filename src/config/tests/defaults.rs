@@ -165,3 +165,12 @@ fn producer_cycle_is_an_error() {
     ));
     super::assert_mentions(&e, &["cycle", "derived-producer", "cyclic-producer"]);
 }
+
+#[test]
+fn empty_keys_mean_their_defaults() {
+    // `key:` with no value is YAML null, which the Go decoder treats as absent.
+    let c = load_ok(&format!(
+        "{HEADER}featureGates:\nplugins:\n- type: queue-scorer\n  parameters:\nschedulingProfiles:\n"
+    ));
+    assert_eq!(profile_shape(&c, "default").1, [("queue-scorer".to_string(), 1.0)]);
+}
