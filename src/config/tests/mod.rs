@@ -48,7 +48,6 @@ fn producer_names(c: &LoadedConfig) -> Vec<&str> {
     c.pipeline.producers.iter().map(|(id, _)| id.name.as_str()).collect()
 }
 
-#[allow(dead_code)]
 fn is_unknown_type(e: &ConfigError) -> bool {
     matches!(e, ConfigError::UnknownPluginType { .. })
 }
