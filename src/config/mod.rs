@@ -1,1 +1,79 @@
-//! EndpointPickerConfig (work in progress).
+//! The EndpointPickerConfig loader.
+//!
+//! epp reads the Go EPP's YAML unchanged (both `inference.networking.x-k8s.io/v1alpha1` and
+//! `llm-d.ai/v1alpha1`) and applies the same defaulting rules (config.md §4), with one deliberate
+//! difference: plugin parameters are decoded strictly, so a misspelt or ill-typed parameter stops startup
+//! with an error naming the plugin and the field instead of being silently ignored.
+//!
+//! The result, [`LoadedConfig`], holds the scheduling [`Pipeline`] and typed settings for the other
+//! layers (flow control, data layer, parser), so nothing downstream looks at YAML or plugin names again.
+//!
+//! epp extensions (not in the Go schema, for running without Kubernetes CRDs): `endpoints` (static model
+//! servers), `objectives` (InferenceObjective priorities by name), `modelRewrites` (weighted model
+//! rewrites) and `tokenEstimator` (the token estimator's constants).
+
+mod assemble;
+mod datalayer;
+mod error;
+mod extensions;
+mod flow_control;
+mod loader;
+mod local;
+mod producers;
+mod schema;
+mod values;
+
+use std::collections::HashMap;
+
+pub use assemble::DEFAULT_SCORER_WEIGHT;
+pub use datalayer::{DataSourceConfig, MetricsScheme, ParserKind};
+pub use error::ConfigError;
+pub use extensions::{ModelRewrite, RewriteTarget, StaticEndpoint, TokenEstimatorConfig};
+pub use flow_control::{
+    FairnessPolicy, FlowControlConfig, OrderingPolicy, PriorityBand, UsageLimitPolicy, DEFAULT_BAND_MAX_BYTES,
+};
+pub use loader::{load, load_default, load_file, API_VERSIONS, DEFAULT_CONFIG_YAML, KIND};
+pub use producers::default_producer;
+pub use values::{parse_duration, parse_quantity};
+
+use crate::scheduling::Pipeline;
+
+/// The feature gates the config turned on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// `flowControl`: queue requests in the flow-control layer instead of legacy admission.
+    pub flow_control: bool,
+    /// `dataLayer`: accepted for compatibility; the data layer is always on.
+    pub data_layer: bool,
+    /// `enableLegacyMetrics`: accepted; selects the legacy scrape path in the Go EPP.
+    pub enable_legacy_metrics: bool,
+}
+
+/// A fully resolved configuration.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    /// The scheduling pipeline, defaults added (handler, pickers, producers).
+    pub pipeline: Pipeline,
+    pub feature_gates: FeatureGates,
+    /// `Some` exactly when the `flowControl` gate is on (the block's settings, or all defaults).
+    pub flow_control: Option<FlowControlConfig>,
+    /// `saturationDetector.pluginRef`: the name of a declared plugin, found in `pipeline.plugin(name)`.
+    /// `None`: not configured (the caller picks the default detector).
+    pub saturation_detector: Option<String>,
+    /// epp extension: static endpoints.
+    pub endpoints: Vec<StaticEndpoint>,
+    /// epp extension: InferenceObjective name → priority.
+    pub objectives: HashMap<String, i32>,
+    /// epp extension: weighted model rewrites, at most one per matched model.
+    pub model_rewrites: Vec<ModelRewrite>,
+    /// epp extension: token estimator constants (defaults 4.0 and 1.5).
+    pub token_estimator: TokenEstimatorConfig,
+    /// The metrics scrape settings (`metrics-data-source`; defaults when none is declared).
+    pub data_source: DataSourceConfig,
+    /// The `core-metrics-extractor` parameters, unvalidated (`None`: none given, use the defaults).
+    pub extractor_params: Option<serde_json::Value>,
+    pub parser: ParserKind,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,213 @@
+//! Fake plugin factories standing in for the built-ins: each fills the roles of the real plugin of the
+//! same type name and decodes its parameters strictly, so the loader can be tested on its own.
+
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use serde::Deserialize;
+
+use crate::datastore::{Datastore, Endpoint};
+use crate::metrics::EppMetrics;
+use crate::scheduling::types::ProfileRunResult;
+use crate::scheduling::{
+    parse_params, Admitter, BuiltPlugin, Candidate, DataKey, DataProducer, DispatchInfo, EndpointListener,
+    FactoryContext, Filter, Picker, PluginError, PreRequest, ProfileHandler, Registry, ResponseHook,
+    SchedulingRequest, SchedulingResult, ScoredCandidate, Scorer, ScorerCategory,
+};
+
+pub fn ctx() -> FactoryContext {
+    FactoryContext { datastore: Arc::new(Datastore::new("test")), metrics: Arc::new(EppMetrics::new("test")) }
+}
+
+struct FakeFilter;
+impl Filter for FakeFilter {
+    fn filter(&self, _: &SchedulingRequest<'_>, _: &[Candidate], _: &mut Vec<usize>) {}
+}
+
+struct FakeScorer;
+impl Scorer for FakeScorer {
+    fn category(&self) -> ScorerCategory {
+        ScorerCategory::Distribution
+    }
+    fn score(&self, _: &SchedulingRequest<'_>, _: &[Candidate], _: &[usize], scores: &mut [f64]) {
+        scores.fill(0.5);
+    }
+}
+
+struct FakePicker;
+impl Picker for FakePicker {
+    fn pick(&self, scored: &mut [ScoredCandidate], _: &mut SmallRng, out: &mut Vec<usize>) {
+        out.extend(scored.first().map(|s| s.index));
+    }
+}
+
+struct FakeHandler;
+impl ProfileHandler for FakeHandler {
+    fn pick_profiles(&self, _: &SchedulingRequest<'_>, profiles: &[String], done: &[String]) -> Vec<String> {
+        if done.is_empty() {
+            profiles.to_vec()
+        } else {
+            Vec::new()
+        }
+    }
+    fn primary_profile(&self, results: &[(String, ProfileRunResult)]) -> Result<String, String> {
+        results.first().map(|(n, _)| n.clone()).ok_or_else(|| "no result".to_string())
+    }
+}
+
+struct FakeProducer {
+    produces: &'static [DataKey],
+    consumes: &'static [DataKey],
+}
+impl DataProducer for FakeProducer {
+    fn produces(&self) -> &'static [DataKey] {
+        self.produces
+    }
+    fn consumes(&self) -> &'static [DataKey] {
+        self.consumes
+    }
+    fn prepare(&self, _: &SchedulingRequest<'_>, _: &mut [Candidate]) {}
+}
+
+struct FakeHook;
+impl PreRequest for FakeHook {
+    fn pre_request(&self, _: &SchedulingRequest<'_>, _: &SchedulingResult, _: &DispatchInfo) {}
+}
+impl ResponseHook for FakeHook {}
+impl EndpointListener for FakeHook {
+    fn on_endpoints_removed(&self, _: &[Arc<Endpoint>]) {}
+}
+impl Admitter for FakeHook {
+    fn admit(&self, _: &SchedulingRequest<'_>, _: &[Candidate]) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoParams {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PickerParams {
+    #[allow(dead_code)]
+    max_num_of_endpoints: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct PrefixProducerParams {
+    block_size_tokens: Option<u32>,
+    max_prefix_blocks_to_match: Option<u32>,
+    max_prefix_tokens_to_match: Option<u32>,
+    lru_capacity_per_server: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct AffinityFilterParams {
+    affinity_threshold: Option<f64>,
+    exploration_probability: Option<f64>,
+    #[serde(rename = "maxTTFTPenaltyMs")]
+    max_ttft_penalty_ms: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct DetectorParams {
+    queue_depth_threshold: Option<u32>,
+    kv_cache_util_threshold: Option<f64>,
+    metrics_staleness_threshold: Option<String>,
+    headroom: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct TokenLoadParams {
+    queue_threshold_tokens: Option<u64>,
+}
+
+type Params<'a> = Option<&'a serde_json::Value>;
+
+/// Defines a factory `$fn` for type `$type` decoding `$params`, with the roles set by `$build`.
+macro_rules! fake {
+    ($fn:ident, $type:literal, $params:ty, |$p:ident| $build:expr) => {
+        fn $fn(name: &str, params: Params<'_>, _: &FactoryContext) -> Result<BuiltPlugin, PluginError> {
+            parse_params::<$params>(name, $type, params)?;
+            let $p = BuiltPlugin::new($type, name);
+            Ok($build)
+        }
+    };
+}
+
+const PREFIX: &[DataKey] = &[DataKey::PrefixCacheMatch];
+const INFLIGHT: &[DataKey] = &[DataKey::InFlightLoad];
+
+fake!(queue_scorer, "queue-scorer", NoParams, |p| p.scorer(Arc::new(FakeScorer)));
+fake!(kv_scorer, "kv-cache-utilization-scorer", NoParams, |p| p.scorer(Arc::new(FakeScorer)));
+fake!(lora_scorer, "lora-affinity-scorer", NoParams, |p| p.scorer(Arc::new(FakeScorer)));
+fake!(prefix_scorer, "prefix-cache-scorer", NoParams, |p| p.scorer(Arc::new(FakeScorer)).consumes(PREFIX));
+fake!(token_load_scorer, "token-load-scorer", TokenLoadParams, |p| p
+    .scorer(Arc::new(FakeScorer))
+    .consumes(INFLIGHT));
+fake!(max_score_picker, "max-score-picker", PickerParams, |p| p.picker(Arc::new(FakePicker)));
+fake!(random_picker, "random-picker", PickerParams, |p| p.picker(Arc::new(FakePicker)));
+fake!(weighted_random_picker, "weighted-random-picker", PickerParams, |p| p.picker(Arc::new(FakePicker)));
+fake!(single_handler, "single-profile-handler", NoParams, |p| p.profile_handler(Arc::new(FakeHandler)));
+fake!(pd_handler, "pd-profile-handler", NoParams, |p| p.profile_handler(Arc::new(FakeHandler)));
+fake!(prefix_producer, "approx-prefix-cache-producer", PrefixProducerParams, |p| p
+    .producer(Arc::new(FakeProducer { produces: PREFIX, consumes: &[] }))
+    .pre_request(Arc::new(FakeHook)));
+fake!(inflight_producer, "inflight-load-producer", NoParams, |p| p
+    .producer(Arc::new(FakeProducer { produces: INFLIGHT, consumes: &[] }))
+    .pre_request(Arc::new(FakeHook))
+    .response(Arc::new(FakeHook))
+    .endpoint_listener(Arc::new(FakeHook)));
+// Produces InFlightLoad from PrefixCacheMatch: must run after approx-prefix-cache-producer.
+fake!(derived_producer, "derived-producer", NoParams, |p| p
+    .producer(Arc::new(FakeProducer { produces: INFLIGHT, consumes: PREFIX })));
+// With derived-producer, a cycle.
+fake!(cyclic_producer, "cyclic-producer", NoParams, |p| p
+    .producer(Arc::new(FakeProducer { produces: PREFIX, consumes: INFLIGHT })));
+fake!(header_filter, "header-based-testing-filter", NoParams, |p| p.filter(Arc::new(FakeFilter)));
+fake!(served_verifier, "destination-endpoint-served-verifier", NoParams, |p| p.response(Arc::new(FakeHook)));
+fake!(affinity_filter, "prefix-cache-affinity-filter", AffinityFilterParams, |p| p
+    .filter(Arc::new(FakeFilter))
+    .consumes(PREFIX));
+fake!(utilization_detector, "utilization-detector", DetectorParams, |p| p.filter(Arc::new(FakeFilter)));
+fake!(admitter, "test-admitter", NoParams, |p| p.admitter(Arc::new(FakeHook)));
+fake!(filter_scorer, "filter-scorer", NoParams, |p| p
+    .filter(Arc::new(FakeFilter))
+    .scorer(Arc::new(FakeScorer)));
+fake!(inert, "inert-plugin", NoParams, |p| p);
+
+/// A registry with every fake.
+pub fn registry() -> Registry {
+    let mut r = Registry::new();
+    r.register("queue-scorer", queue_scorer);
+    r.register("kv-cache-utilization-scorer", kv_scorer);
+    r.register("lora-affinity-scorer", lora_scorer);
+    r.register("prefix-cache-scorer", prefix_scorer);
+    r.register("token-load-scorer", token_load_scorer);
+    r.register("max-score-picker", max_score_picker);
+    r.register("random-picker", random_picker);
+    r.register("weighted-random-picker", weighted_random_picker);
+    r.register("single-profile-handler", single_handler);
+    r.register("pd-profile-handler", pd_handler);
+    r.register("approx-prefix-cache-producer", prefix_producer);
+    r.register("inflight-load-producer", inflight_producer);
+    r.register("derived-producer", derived_producer);
+    r.register("cyclic-producer", cyclic_producer);
+    r.register("header-based-testing-filter", header_filter);
+    r.register("destination-endpoint-served-verifier", served_verifier);
+    r.register("prefix-cache-affinity-filter", affinity_filter);
+    r.register("utilization-detector", utilization_detector);
+    r.register("test-admitter", admitter);
+    r.register("filter-scorer", filter_scorer);
+    r.register("inert-plugin", inert);
+    r
+}
