@@ -6,6 +6,8 @@
 //! telemetry), [`telemetry`] (scrapers and the metrics text parser), [`metrics`] (epp's own Prometheus
 //! registry) and [`config`] (the EndpointPickerConfig loader).
 
+pub mod app;
+pub mod cli;
 pub mod config;
 pub mod datastore;
 pub mod director;

@@ -8,7 +8,7 @@ use rand::Rng;
 pub struct RewriteRule {
     pub name: String,
     pub match_model: String,
-    pub targets: Vec<(String, u64)>,
+    pub targets: Vec<(String, f64)>,
 }
 
 impl RewriteRule {
@@ -17,14 +17,15 @@ impl RewriteRule {
         if self.targets.is_empty() {
             return None;
         }
-        let total: u64 = self.targets.iter().map(|(_, w)| *w).sum();
-        if total == 0 {
+        let total: f64 = self.targets.iter().map(|(_, w)| w.max(0.0)).sum();
+        if total <= 0.0 || !total.is_finite() {
             let i = rng.random_range(0..self.targets.len());
             return Some(self.targets[i].0.as_str());
         }
-        let mut roll = rng.random_range(0..total);
+        let mut roll = rng.random::<f64>() * total;
         for (model, w) in &self.targets {
-            if roll < *w {
+            let w = w.max(0.0);
+            if roll < w {
                 return Some(model.as_str());
             }
             roll -= w;
@@ -43,7 +44,7 @@ mod tests {
         let rule = RewriteRule {
             name: "r".into(),
             match_model: "m".into(),
-            targets: vec![("a".into(), 3), ("b".into(), 1), ("c".into(), 0)],
+            targets: vec![("a".into(), 3.0), ("b".into(), 1.0), ("c".into(), 0.0)],
         };
         let mut rng = SmallRng::seed_from_u64(7);
         let mut counts = [0usize; 3];

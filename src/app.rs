@@ -1,0 +1,279 @@
+//! Wiring: configuration → plugins → datastore → scrapers → servers, and an orderly shutdown.
+//!
+//! [`Server::start`] binds every port before returning, so tests run the real server on 127.0.0.1:0
+//! and read the bound addresses back.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::cli::Cli;
+use crate::config::{self, LoadedConfig};
+use crate::datastore::{Datastore, Endpoint};
+use crate::director::{Director, DirectorOptions, RewriteRule, SubsetMatch};
+use crate::extproc::{health, tls, ExtProcService, StreamLimits};
+use crate::flowcontrol::Admission;
+use crate::metrics::EppMetrics;
+use crate::scheduling::observer::TimingObserver;
+use crate::scheduling::{FactoryContext, Observer, Registry};
+use crate::telemetry;
+
+/// A running epp: bound addresses and the handle that stops it.
+pub struct Server {
+    pub grpc_addr: SocketAddr,
+    pub health_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub datastore: Arc<Datastore>,
+    pub metrics: Arc<EppMetrics>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    grpc: JoinHandle<Result<(), tonic::transport::Error>>,
+    health: Arc<tonic_health::server::HealthReporter>,
+    grace: Duration,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("grpc_addr", &self.grpc_addr).finish()
+    }
+}
+
+fn load_config(cli: &Cli, registry: &Registry, ctx: &FactoryContext) -> anyhow::Result<LoadedConfig> {
+    let loaded = match (&cli.config_file, &cli.config_text) {
+        (Some(path), _) => config::load_file(path, registry, ctx)?,
+        (None, Some(text)) => config::load(text, registry, ctx).context("--config-text")?,
+        (None, None) => config::load_default(registry, ctx)?,
+    };
+    Ok(loaded)
+}
+
+/// The engine mappings from the `core-metrics-extractor` parameters (built-in defaults when absent).
+fn engine_set(loaded: &LoadedConfig) -> anyhow::Result<telemetry::EngineSet> {
+    let Some(raw) = &loaded.extractor_params else { return Ok(telemetry::EngineSet::builtin()) };
+    let params: telemetry::ExtractorParams =
+        crate::scheduling::parse_params("core-metrics-extractor", "core-metrics-extractor", Some(raw))?;
+    Ok(telemetry::EngineSet::from_params(&params).context("core-metrics-extractor parameters")?)
+}
+
+fn static_endpoints(cli: &Cli, loaded: &LoadedConfig) -> Vec<Endpoint> {
+    let mut out: Vec<Endpoint> = Vec::new();
+    for addr in &cli.endpoints {
+        out.push(Endpoint::new(crate::datastore::format_host_port(*addr), *addr));
+    }
+    for e in &loaded.endpoints {
+        if out.iter().any(|o| o.addr == e.address) {
+            continue;
+        }
+        let name =
+            if e.name.is_empty() { crate::datastore::format_host_port(e.address) } else { e.name.clone() };
+        out.push(Endpoint::new(name, e.address).with_labels(e.labels.clone()));
+    }
+    let ds = &loaded.data_source;
+    out.into_iter()
+        .map(|e| {
+            let scheme = match ds.scheme {
+                config::MetricsScheme::Http => "http",
+                config::MetricsScheme::Https => "https",
+            };
+            let url = format!("{scheme}://{}{}", e.host_port, ds.path);
+            e.with_metrics_url(url)
+        })
+        .collect()
+}
+
+impl Server {
+    /// Loads the configuration, binds the ports and starts serving.
+    pub async fn start(cli: Cli) -> anyhow::Result<Self> {
+        cli.validate().map_err(anyhow::Error::msg)?;
+        let datastore = Arc::new(Datastore::new(cli.pool_name.clone()));
+        let metrics = Arc::new(EppMetrics::new(&cli.pool_name));
+        let ctx = FactoryContext { datastore: datastore.clone(), metrics: metrics.clone() };
+        let registry = Registry::with_builtins();
+        let loaded = load_config(&cli, &registry, &ctx)?;
+        let engines = Arc::new(engine_set(&loaded)?);
+        let pipeline = Arc::new(loaded.pipeline.clone());
+        tracing::info!(pipeline = ?pipeline, "configuration loaded");
+
+        let endpoints = static_endpoints(&cli, &loaded);
+        let changes = datastore.set_endpoints(endpoints);
+        pipeline.on_endpoints_removed(&changes.removed);
+
+        let observer: Arc<dyn Observer> = {
+            let m = metrics.clone();
+            Arc::new(TimingObserver::new(move |point, id, secs| m.observe_plugin(point, id, secs)))
+        };
+        let options = DirectorOptions {
+            objectives: loaded.objectives.clone(),
+            rewrites: loaded
+                .model_rewrites
+                .iter()
+                .map(|r| RewriteRule {
+                    name: r.name.clone(),
+                    match_model: r.match_model.clone(),
+                    targets: r.targets.iter().map(|t| (t.model.clone(), t.weight)).collect(),
+                })
+                .collect(),
+            token_estimator: crate::request::TokenEstimator::new(
+                loaded.token_estimator.characters_per_token,
+                loaded.token_estimator.output_ratio,
+            )
+            .context("tokenEstimator")?,
+            subset_match: if cli.disable_endpoint_subset_filter {
+                SubsetMatch::Disabled
+            } else if cli.subset_match_ip_only {
+                SubsetMatch::IpOnly
+            } else {
+                SubsetMatch::Exact
+            },
+            emit_scores: cli.emit_endpoint_scores,
+            parse_bodies: loaded.parser == config::ParserKind::OpenAi,
+        };
+        let director = Arc::new(Director::new(
+            datastore.clone(),
+            pipeline.clone(),
+            Admission::legacy(None),
+            metrics.clone(),
+            observer,
+            options,
+        ));
+
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let scrape = telemetry::ScrapeConfig {
+            refresh_interval: cli.refresh_metrics_interval,
+            insecure_skip_verify: loaded.data_source.insecure_skip_verify,
+            engines,
+            ..Default::default()
+        };
+        tasks.push(telemetry::spawn_scrapers(datastore.clone(), scrape, shutdown_rx.clone())?);
+        tasks.push(spawn_pool_gauges(datastore.clone(), metrics.clone(), &cli, shutdown_rx.clone()));
+
+        let bind = |port: u16| SocketAddr::new(cli.bind_address, port);
+        let grpc_listener = TcpListener::bind(bind(cli.grpc_port)).await.context("binding --grpc-port")?;
+        let health_listener =
+            TcpListener::bind(bind(cli.grpc_health_port)).await.context("binding --grpc-health-port")?;
+        let metrics_listener =
+            TcpListener::bind(bind(cli.metrics_port)).await.context("binding --metrics-port")?;
+        let grpc_addr = grpc_listener.local_addr()?;
+        let health_addr = health_listener.local_addr()?;
+        let metrics_addr = metrics_listener.local_addr()?;
+
+        let (reporter, health_service) = tonic_health::server::health_reporter();
+        health::set_ready(&reporter, true).await;
+        let health = Arc::new(reporter);
+        tasks.push(spawn_health_server(health_listener, health_service, shutdown_rx.clone()));
+        tasks.push(spawn_metrics_server(metrics_listener, metrics.clone(), shutdown_rx.clone()));
+
+        let limits = StreamLimits { max_request_body: cli.max_request_body_bytes, ..Default::default() };
+        let service = ExtProcService::new(director, limits).into_server();
+        let mut builder = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .max_concurrent_streams(Some(100_000));
+        if cli.secure_serving {
+            builder = builder.tls_config(tls::server_tls(cli.cert_path.as_deref())?)?;
+        }
+        let mut rx = shutdown_rx.clone();
+        let grpc = tokio::spawn(builder.add_service(service).serve_with_incoming_shutdown(
+            TcpListenerStream::new(grpc_listener),
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            },
+        ));
+        tracing::info!(%grpc_addr, %health_addr, %metrics_addr, secure = cli.secure_serving, "epp serving");
+        Ok(Self {
+            grpc_addr,
+            health_addr,
+            metrics_addr,
+            datastore,
+            metrics,
+            shutdown,
+            tasks,
+            grpc,
+            health,
+            grace: cli.shutdown_grace_period,
+        })
+    }
+
+    /// Stops accepting, marks health not serving, waits up to the grace period for in-flight streams.
+    pub async fn shutdown(self) {
+        health::set_shutting_down(&self.health).await;
+        let _ = self.shutdown.send(true);
+        let started = Instant::now();
+        match tokio::time::timeout(self.grace, self.grpc).await {
+            Ok(_) => tracing::info!(elapsed = ?started.elapsed(), "ext_proc drained"),
+            Err(_) => tracing::warn!(grace = ?self.grace, "grace period over with streams still open"),
+        }
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn spawn_pool_gauges(
+    datastore: Arc<Datastore>,
+    metrics: Arc<EppMetrics>,
+    cli: &Cli,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let every = cli.refresh_prometheus_metrics_interval.max(Duration::from_millis(10));
+    let staleness = cli.metrics_staleness_threshold;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => metrics.update_pool(&datastore.endpoints(), Instant::now(), staleness),
+                _ = stop.changed() => return,
+            }
+        }
+    })
+}
+
+fn spawn_health_server(
+    listener: TcpListener,
+    service: tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let served = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "health server failed");
+        }
+    })
+}
+
+fn spawn_metrics_server(
+    listener: TcpListener,
+    metrics: Arc<EppMetrics>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    use axum::{http::header, routing::get, Router};
+    let app = Router::new().route(
+        "/metrics",
+        get(move || {
+            let metrics = metrics.clone();
+            async move { ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], metrics.encode()) }
+        }),
+    );
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "metrics server failed");
+        }
+    })
+}

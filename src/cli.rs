@@ -1,0 +1,138 @@
+//! Command-line flags. Names and defaults follow the Go EPP where it has the flag, so a Deployment's
+//! args keep working when the image changes.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser};
+
+/// Endpoint Picker for LLM inference gateways (Envoy ext_proc).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "epp", version, about)]
+pub struct Cli {
+    /// ext_proc gRPC port.
+    #[arg(long, default_value_t = 9002)]
+    pub grpc_port: u16,
+    /// gRPC health port.
+    #[arg(long, default_value_t = 9003)]
+    pub grpc_health_port: u16,
+    /// Prometheus metrics port.
+    #[arg(long, default_value_t = 9090)]
+    pub metrics_port: u16,
+    /// Address to bind every port on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// EndpointPickerConfig file.
+    #[arg(long, conflicts_with = "config_text")]
+    pub config_file: Option<PathBuf>,
+    /// EndpointPickerConfig as text.
+    #[arg(long)]
+    pub config_text: Option<String>,
+    /// How often each model server's /metrics is scraped.
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+    pub refresh_metrics_interval: Duration,
+    /// How often the pool gauges (averages, ready endpoints) are recomputed.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub refresh_prometheus_metrics_interval: Duration,
+    /// Telemetry older than this does not count towards the pool gauges.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub metrics_staleness_threshold: Duration,
+    /// Name of the InferencePool this EPP serves (a label on pool metrics).
+    #[arg(long, default_value = "default-pool")]
+    pub pool_name: String,
+    /// Namespace of the pool (defaults to $NAMESPACE, else "default").
+    #[arg(long, env = "NAMESPACE", default_value = "default")]
+    pub pool_namespace: String,
+    /// Static endpoints, `ip:port,ip:port` (also possible in the config file).
+    #[arg(long, value_delimiter = ',')]
+    pub endpoints: Vec<SocketAddr>,
+    /// Serve ext_proc over TLS (a self-signed certificate unless --cert-path is given).
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    pub secure_serving: bool,
+    /// Directory holding tls.crt and tls.key.
+    #[arg(long)]
+    pub cert_path: Option<PathBuf>,
+    /// Ignore the gateway's subset hint.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub disable_endpoint_subset_filter: bool,
+    /// Match subset-hint entries on IP only, ignoring ports (the Go EPP's behaviour).
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub subset_match_ip_only: bool,
+    /// Add per-endpoint scores to the routing metadata (`x-gateway-destination-endpoint-scores`).
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub emit_endpoint_scores: bool,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_request_body_bytes: usize,
+    /// How long shutdown waits for in-flight streams.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace_period: Duration,
+    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "epp=debug".
+    #[arg(long, env = "EPP_LOG", default_value = "info")]
+    pub log_level: String,
+
+    // Deprecated Go EPP flags that fail validation there too: kept so the error names them.
+    #[arg(long, hide = true)]
+    pub total_queued_requests_metric: Option<String>,
+    #[arg(long, hide = true)]
+    pub total_running_requests_metric: Option<String>,
+    #[arg(long, hide = true)]
+    pub kv_cache_usage_percentage_metric: Option<String>,
+    #[arg(long, hide = true)]
+    pub lora_info_metric: Option<String>,
+    #[arg(long, hide = true)]
+    pub cache_info_metric: Option<String>,
+}
+
+impl Cli {
+    /// Rejects the deprecated metric-name flags with the Go EPP's explanation.
+    pub fn validate(&self) -> Result<(), String> {
+        let deprecated = [
+            ("total-queued-requests-metric", &self.total_queued_requests_metric),
+            ("total-running-requests-metric", &self.total_running_requests_metric),
+            ("kv-cache-usage-percentage-metric", &self.kv_cache_usage_percentage_metric),
+            ("lora-info-metric", &self.lora_info_metric),
+            ("cache-info-metric", &self.cache_info_metric),
+        ];
+        for (name, value) in deprecated {
+            if value.is_some() {
+                return Err(format!(
+                    "flag \"--{name}\" is deprecated and cannot be used; configure metrics via engineConfigs in \
+                     EndpointPickerConfig instead"
+                ));
+            }
+        }
+        if self.refresh_metrics_interval.is_zero() {
+            return Err("--refresh-metrics-interval must be > 0".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_defaults() {
+        let c = Cli::parse_from(["epp"]);
+        assert_eq!((c.grpc_port, c.grpc_health_port, c.metrics_port), (9002, 9003, 9090));
+        assert_eq!(c.refresh_metrics_interval, Duration::from_millis(50));
+        assert!(c.secure_serving);
+    }
+
+    #[test]
+    fn endpoints_and_bools() {
+        let c =
+            Cli::parse_from(["epp", "--endpoints", "127.0.0.1:8000,[::1]:8001", "--secure-serving=false"]);
+        assert_eq!(c.endpoints.len(), 2);
+        assert!(!c.secure_serving);
+    }
+
+    #[test]
+    fn deprecated_flags_are_errors() {
+        let c = Cli::parse_from(["epp", "--kv-cache-usage-percentage-metric", "x"]);
+        assert!(c.validate().unwrap_err().contains("kv-cache-usage-percentage-metric"));
+    }
+}
