@@ -31,6 +31,8 @@ mod endpoint_key;
 mod pick;
 
 #[cfg(test)]
+mod default_profile_tests;
+#[cfg(test)]
 pub(crate) mod testing;
 
 pub use approx_prefix_cache_producer::{ApproxPrefixCacheConfig, ApproxPrefixCacheProducer};

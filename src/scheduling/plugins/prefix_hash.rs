@@ -111,6 +111,21 @@ mod tests {
     }
 
     #[test]
+    fn large_blocks_use_the_same_chain() {
+        let text = "y".repeat(5000);
+        let got = hashes("m", None, &text, 2000, 10);
+        let mut prev = xxh64(b"m", 0);
+        let mut expected = Vec::new();
+        for block in text.as_bytes().chunks(2000) {
+            let mut data = block.to_vec();
+            data.extend_from_slice(&prev.to_le_bytes());
+            prev = xxh64(&data, 0);
+            expected.push(prev);
+        }
+        assert_eq!(got, expected);
+    }
+
+    #[test]
     fn buffer_is_reused() {
         let mut out = Vec::with_capacity(64);
         let cap = out.capacity();
