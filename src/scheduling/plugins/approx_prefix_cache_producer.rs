@@ -12,6 +12,7 @@
 //! threads); hashing an 8K-token prompt costs a few microseconds.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use serde::Deserialize;
@@ -75,14 +76,6 @@ impl Default for ApproxPrefixCacheConfig {
 }
 
 impl ApproxPrefixCacheConfig {
-    /// Block size in tokens for a request whose reference endpoint reported `m`.
-    fn block_tokens(&self, m: Option<&EndpointMetrics>) -> usize {
-        match m {
-            Some(m) if self.auto_tune && m.cache_block_size > 0 => m.cache_block_size,
-            _ => self.block_size_tokens,
-        }
-    }
-
     fn max_blocks(&self, block_tokens: usize) -> usize {
         if self.max_prefix_tokens_to_match > 0 && block_tokens > 0 {
             self.max_prefix_tokens_to_match / block_tokens
@@ -103,6 +96,9 @@ impl ApproxPrefixCacheConfig {
 /// The producer: configuration, the index behind one lock, and the metrics it publishes.
 pub struct ApproxPrefixCacheProducer {
     config: ApproxPrefixCacheConfig,
+    /// The last block size (tokens) an endpoint reported, 0 before any: used with `autoTune` when none of
+    /// the endpoints at hand reports one, so lookups and insertions keep hashing at the same granularity.
+    reported_block_tokens: AtomicUsize,
     index: RwLock<PrefixIndex>,
     metrics: Arc<EppMetrics>,
 }
@@ -115,7 +111,12 @@ impl std::fmt::Debug for ApproxPrefixCacheProducer {
 
 impl ApproxPrefixCacheProducer {
     pub fn new(config: ApproxPrefixCacheConfig, metrics: Arc<EppMetrics>) -> Self {
-        Self { config, index: RwLock::new(PrefixIndex::default()), metrics }
+        Self {
+            config,
+            reported_block_tokens: AtomicUsize::new(0),
+            index: RwLock::new(PrefixIndex::default()),
+            metrics,
+        }
     }
 
     pub fn config(&self) -> &ApproxPrefixCacheConfig {
@@ -127,15 +128,30 @@ impl ApproxPrefixCacheProducer {
         self.read_index(|i| i.entries())
     }
 
-    /// Hashes `req`'s prompt at the block size chosen from `reference` and runs `f` on the hashes and the
-    /// block size in characters.
+    /// The block size in tokens: with `autoTune`, the first size reported among `reported` (endpoint
+    /// `cache_block_size` values, 0 = unknown), else the last one seen; otherwise `blockSizeTokens`.
+    fn block_tokens(&self, mut reported: impl Iterator<Item = usize>) -> usize {
+        if !self.config.auto_tune {
+            return self.config.block_size_tokens;
+        }
+        if let Some(size) = reported.find(|&s| s > 0) {
+            self.reported_block_tokens.store(size, Ordering::Relaxed);
+            return size;
+        }
+        match self.reported_block_tokens.load(Ordering::Relaxed) {
+            0 => self.config.block_size_tokens,
+            size => size,
+        }
+    }
+
+    /// Hashes `req`'s prompt in blocks of `block_tokens` and runs `f` on the hashes and the block size in
+    /// characters.
     fn with_hashes<R>(
         &self,
         req: &SchedulingRequest<'_>,
-        reference: Option<&EndpointMetrics>,
+        block_tokens: usize,
         f: impl FnOnce(&[u64], usize) -> R,
     ) -> R {
-        let block_tokens = self.config.block_tokens(reference);
         let block_chars = block_tokens * CHARS_PER_TOKEN;
         let salt = req.parsed.and_then(|p| p.cache_salt.as_deref());
         HASHES.with(|buf| {
@@ -168,8 +184,8 @@ impl DataProducer for ApproxPrefixCacheProducer {
     }
 
     fn prepare(&self, req: &SchedulingRequest<'_>, candidates: &mut [Candidate]) {
-        let reference = candidates.first().map(|c| c.metrics.clone());
-        self.with_hashes(req, reference.as_deref(), |hashes, block_chars| {
+        let block_tokens = self.block_tokens(candidates.iter().map(|c| c.metrics.cache_block_size));
+        self.with_hashes(req, block_tokens, |hashes, block_chars| {
             let total_blocks = hashes.len();
             let unmatched = PrefixMatch { match_blocks: 0, total_blocks, block_chars };
             for c in candidates.iter_mut() {
@@ -205,13 +221,15 @@ impl PreRequest for ApproxPrefixCacheProducer {
             .find(|(name, _)| name == PREFILL_PROFILE && *name != result.primary_profile)
             .and_then(|(_, r)| r.targets.first());
         let target_metrics = target.metrics();
-        let capacity_of = |ep: &Arc<Endpoint>| self.config.lru_capacity(&ep.metrics());
-        let outcome = self.with_hashes(req, Some(&target_metrics), |hashes, block_chars| {
+        let prefill_metrics = prefill.map(|p| p.metrics());
+        let reported = std::iter::once(&target_metrics).chain(&prefill_metrics).map(|m| m.cache_block_size);
+        let block_tokens = self.block_tokens(reported);
+        let outcome = self.with_hashes(req, block_tokens, |hashes, block_chars| {
             if hashes.is_empty() {
                 return None;
             }
             let target_capacity = self.config.lru_capacity(&target_metrics);
-            let prefill_capacity = prefill.map(capacity_of);
+            let prefill_capacity = prefill_metrics.as_deref().map(|m| self.config.lru_capacity(m));
             self.write_index(|index| {
                 let matched = index.match_length(target, hashes);
                 index.insert(target, target_capacity, hashes);

@@ -77,16 +77,23 @@ fn short_prompt_has_no_blocks_and_records_nothing() {
 }
 
 #[test]
-fn auto_tune_takes_block_size_from_the_first_candidate() {
+fn auto_tune_takes_block_size_from_the_first_reporting_candidate() {
     let p = producer(json!({}));
     let mut c = vec![
-        candidate(1, EndpointMetrics { cache_block_size: 32, ..Default::default() }),
-        candidate(2, EndpointMetrics { cache_block_size: 8, ..Default::default() }),
+        candidate(1, EndpointMetrics::default()), // not scraped yet: skipped
+        candidate(2, EndpointMetrics { cache_block_size: 32, ..Default::default() }),
+        candidate(3, EndpointMetrics { cache_block_size: 8, ..Default::default() }),
     ];
     let f = RequestFixture::with_prompt("m", &"x".repeat(1000));
     let m = matches(&p, &f, &mut c);
     // 128-char blocks: 7 full + 1 partial.
-    assert_eq!((m[1].block_chars, m[1].total_blocks), (128, 8));
+    assert_eq!((m[0].block_chars, m[0].total_blocks), (128, 8));
+
+    // Once seen, the reported size is kept when no endpoint at hand reports one, so a target that has not
+    // been scraped yet is recorded at the same granularity the lookups use.
+    send(&p, &f, &c[0].endpoint.clone());
+    assert_eq!(p.indexed_blocks(), 8);
+    assert_eq!(matches(&p, &f, &mut c[..1])[0].match_blocks, 8);
 
     let fixed = producer(json!({"autoTune": false, "blockSizeTokens": 10}));
     let m = matches(&fixed, &f, &mut c);

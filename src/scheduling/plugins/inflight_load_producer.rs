@@ -188,9 +188,8 @@ impl EndpointListener for InFlightLoadProducer {
     fn on_endpoints_removed(&self, removed: &[Arc<Endpoint>]) {
         let mut map = self.counters.write().unwrap_or_else(|e| e.into_inner());
         for ep in removed {
-            if map.remove(&endpoint_key(ep)).is_some() {
-                self.metrics.remove_endpoint(ep);
-            }
+            map.remove(&endpoint_key(ep));
+            self.metrics.remove_endpoint(ep);
         }
     }
 }
