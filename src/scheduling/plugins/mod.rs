@@ -1,5 +1,146 @@
-//! Built-in plugins (work in progress).
-use super::Registry;
+//! The built-in plugins, one per file, each registered under its upstream type name.
+//!
+//! Every factory decodes its `parameters` strictly through [`parse_params`](super::parse_params): an
+//! unknown or ill-typed parameter is a startup error naming the plugin and the field, where the Go EPP
+//! silently ignores it. Plugins that take no parameters still reject any they are given.
+//!
+//! Formulas follow `reference/plugins.md` (GIE behaviour unless a section says llm-d-router).
+
+use serde::Deserialize;
+
+use super::registry::{parse_params, PluginError, Registry};
+
+pub mod approx_prefix_cache_producer;
+pub mod destination_endpoint_served_verifier;
+pub mod header_based_testing_filter;
+pub mod inflight_load_producer;
+pub mod kv_cache_utilization_scorer;
+pub mod lora_affinity_scorer;
+pub mod max_score_picker;
+pub mod prefix_cache_scorer;
+pub mod prefix_hash;
+mod prefix_index;
+pub mod queue_scorer;
+pub mod random_picker;
+pub mod running_requests_size_scorer;
+pub mod single_profile_handler;
+pub mod token_load_scorer;
+pub mod weighted_random_picker;
+
+mod endpoint_key;
+mod pick;
+
+#[cfg(test)]
+mod default_profile_tests;
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use approx_prefix_cache_producer::{ApproxPrefixCacheConfig, ApproxPrefixCacheProducer};
+pub use destination_endpoint_served_verifier::DestinationEndpointServedVerifier;
+pub use header_based_testing_filter::HeaderBasedTestingFilter;
+pub use inflight_load_producer::{InFlightLoadProducer, TokenBasis};
+pub use kv_cache_utilization_scorer::KvCacheUtilizationScorer;
+pub use lora_affinity_scorer::LoraAffinityScorer;
+pub use max_score_picker::MaxScorePicker;
+pub use prefix_cache_scorer::PrefixCacheScorer;
+pub use prefix_hash::{prefix_block_hashes, CHARS_PER_TOKEN};
+pub use queue_scorer::QueueScorer;
+pub use random_picker::RandomPicker;
+pub use running_requests_size_scorer::RunningRequestsSizeScorer;
+pub use single_profile_handler::SingleProfileHandler;
+pub use token_load_scorer::TokenLoadScorer;
+pub use weighted_random_picker::WeightedRandomPicker;
 
 /// Registers every built-in plugin type.
-pub fn register_all(_registry: &mut Registry) {}
+pub fn register_all(registry: &mut Registry) {
+    registry.register(queue_scorer::TYPE_NAME, queue_scorer::factory);
+    registry.register(running_requests_size_scorer::TYPE_NAME, running_requests_size_scorer::factory);
+    registry.register(kv_cache_utilization_scorer::TYPE_NAME, kv_cache_utilization_scorer::factory);
+    registry.register(lora_affinity_scorer::TYPE_NAME, lora_affinity_scorer::factory);
+    registry.register(prefix_cache_scorer::TYPE_NAME, prefix_cache_scorer::factory);
+    registry.register(approx_prefix_cache_producer::TYPE_NAME, approx_prefix_cache_producer::factory);
+    registry.register(inflight_load_producer::TYPE_NAME, inflight_load_producer::factory);
+    registry.register(token_load_scorer::TYPE_NAME, token_load_scorer::factory);
+    registry.register(max_score_picker::TYPE_NAME, max_score_picker::factory);
+    registry.register(random_picker::TYPE_NAME, random_picker::factory);
+    registry.register(weighted_random_picker::TYPE_NAME, weighted_random_picker::factory);
+    registry.register(single_profile_handler::TYPE_NAME, single_profile_handler::factory);
+    registry.register(header_based_testing_filter::TYPE_NAME, header_based_testing_filter::factory);
+    registry.register(
+        destination_endpoint_served_verifier::TYPE_NAME,
+        destination_endpoint_served_verifier::factory,
+    );
+}
+
+/// The parameters of a plugin that takes none: decoding it rejects every key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoParams {}
+
+/// Checks that a parameterless plugin was given no parameters.
+fn expect_no_params(
+    name: &str,
+    type_name: &str,
+    params: Option<&serde_json::Value>,
+) -> Result<(), PluginError> {
+    parse_params::<NoParams>(name, type_name, params).map(|_| ())
+}
+
+/// Min-max normalisation used by the queue and running-requests scorers: the smallest value scores 1,
+/// the largest 0, and when every value is equal every endpoint scores 1.
+fn min_max_scores(values: impl Iterator<Item = u64> + Clone, scores: &mut [f64]) {
+    let (min, max) = values.clone().fold((u64::MAX, 0u64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    for (score, v) in scores.iter_mut().zip(values) {
+        *score = if max == min { 1.0 } else { (max - v) as f64 / (max - min) as f64 };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn min_max_normalises_and_handles_ties() {
+        let mut s = [0.0; 3];
+        min_max_scores([0u64, 5, 10].into_iter(), &mut s);
+        assert_eq!(s, [1.0, 0.5, 0.0]);
+        min_max_scores([4u64, 4, 4].into_iter(), &mut s);
+        assert_eq!(s, [1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn registry_holds_every_builtin() {
+        let r = Registry::with_builtins();
+        let names: Vec<_> = r.type_names().collect();
+        for t in [
+            "queue-scorer",
+            "running-requests-size-scorer",
+            "kv-cache-utilization-scorer",
+            "lora-affinity-scorer",
+            "prefix-cache-scorer",
+            "approx-prefix-cache-producer",
+            "inflight-load-producer",
+            "token-load-scorer",
+            "max-score-picker",
+            "random-picker",
+            "weighted-random-picker",
+            "single-profile-handler",
+            "header-based-testing-filter",
+            "destination-endpoint-served-verifier",
+        ] {
+            assert!(names.contains(&t), "{t} missing");
+        }
+    }
+
+    #[test]
+    fn every_builtin_builds_with_no_parameters() {
+        let r = Registry::with_builtins();
+        let ctx = testing::ctx();
+        for t in r.type_names() {
+            let factory = r.get(t).unwrap();
+            let built = factory(t, None, &ctx).unwrap_or_else(|e| panic!("{t}: {e}"));
+            assert_eq!(built.id.type_name, t);
+            assert_eq!(built.id.name, t);
+        }
+    }
+}
