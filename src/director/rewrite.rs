@@ -64,7 +64,7 @@ mod tests {
         let rule = RewriteRule {
             name: "r".into(),
             match_model: "m".into(),
-            targets: vec![("a".into(), 0), ("b".into(), 0)],
+            targets: vec![("a".into(), 0.0), ("b".into(), 0.0)],
         };
         let mut rng = SmallRng::seed_from_u64(1);
         let a = (0..1000).filter(|_| rule.pick(&mut rng) == Some("a")).count();

@@ -74,6 +74,7 @@ pub async fn start_epp(endpoints: &[SocketAddr], extra: &[&str]) -> Server {
         "--secure-serving=false".into(),
         "--refresh-metrics-interval=20ms".into(),
         "--refresh-prometheus-metrics-interval=50ms".into(),
+        "--shutdown-grace-period=200ms".into(),
     ];
     if !eps.is_empty() {
         args.push(format!("--endpoints={}", eps.join(",")));

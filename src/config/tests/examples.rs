@@ -97,7 +97,7 @@ mod builtins {
     use super::*;
 
     #[test]
-    #[ignore = "enable when built-in plugins land"]
+    
     fn examples_load_with_builtin_plugins() {
         let registry = Registry::with_builtins();
         for name in MUST_LOAD {
