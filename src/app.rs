@@ -58,7 +58,7 @@ fn engine_set(loaded: &LoadedConfig) -> anyhow::Result<telemetry::EngineSet> {
     let Some(raw) = &loaded.extractor_params else { return Ok(telemetry::EngineSet::builtin()) };
     let params: telemetry::ExtractorParams =
         crate::scheduling::parse_params("core-metrics-extractor", "core-metrics-extractor", Some(raw))?;
-    Ok(telemetry::EngineSet::from_params(&params).context("core-metrics-extractor parameters")?)
+    telemetry::EngineSet::from_params(&params).context("core-metrics-extractor parameters")
 }
 
 fn static_endpoints(cli: &Cli, loaded: &LoadedConfig) -> Vec<Endpoint> {

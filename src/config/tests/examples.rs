@@ -97,7 +97,7 @@ mod builtins {
     use super::*;
 
     #[test]
-    
+
     fn examples_load_with_builtin_plugins() {
         let registry = Registry::with_builtins();
         for name in MUST_LOAD {
