@@ -1,0 +1,112 @@
+//! The server's operational surface over real loopback sockets: gRPC health for every service name the
+//! Go EPP answers, the Prometheus endpoint, TLS with provided certificates, and start-up errors.
+
+mod grpc_support;
+
+use clap::Parser;
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
+use epp::app::Server;
+use epp::cli::Cli;
+use grpc_support::*;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+#[tokio::test]
+async fn health_serves_liveness_readiness_and_the_ext_proc_name() {
+    let server = FakeModelServer::start(0, 0.0).await;
+    let epp = start_epp(&[server.addr], &[]).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", epp.health_addr)).unwrap();
+    let mut client = HealthClient::new(channel.connect().await.unwrap());
+    for service in ["liveness", "readiness", "", "envoy.service.ext_proc.v3.ExternalProcessor"] {
+        let r = client.check(HealthCheckRequest { service: service.into() }).await.unwrap().into_inner();
+        assert_eq!(r.status, ServingStatus::Serving as i32, "service {service:?}");
+    }
+    let unknown = client.check(HealthCheckRequest { service: "nope".into() }).await;
+    assert_eq!(unknown.unwrap_err().code(), tonic::Code::NotFound);
+    epp.shutdown().await;
+}
+
+#[tokio::test]
+async fn metrics_endpoint_serves_gie_and_llm_d_names() {
+    let server = FakeModelServer::start(3, 0.5).await;
+    let epp = start_epp(&[server.addr], &[]).await;
+    let url = format!("http://{}/metrics", epp.metrics_addr);
+    let mut text = String::new();
+    wait_until(|| {
+        text = epp.metrics.encode();
+        text.contains("inference_pool_ready_pods{name=\"default-pool\"} 1")
+    })
+    .await;
+    let response = reqwest::get(&url).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.unwrap();
+    for name in [
+        "inference_pool_average_queue_size",
+        "inference_pool_average_kv_cache_utilization",
+        "llm_d_epp_ready_endpoints",
+        "inference_extension_info",
+        "llm_d_epp_info",
+    ] {
+        assert!(body.contains(name), "{name} missing");
+    }
+    epp.shutdown().await;
+}
+
+#[tokio::test]
+async fn tls_with_certificate_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(dir.path().join("tls.crt"), ck.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("tls.key"), ck.key_pair.serialize_pem()).unwrap();
+    let cert_path = format!("--cert-path={}", dir.path().display());
+    let args = [
+        "epp",
+        "--bind-address=127.0.0.1",
+        "--grpc-port=0",
+        "--grpc-health-port=0",
+        "--metrics-port=0",
+        "--secure-serving=true",
+        &cert_path,
+        "--shutdown-grace-period=200ms",
+    ];
+    let epp = Server::start(Cli::parse_from(args)).await.unwrap();
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ck.cert.pem()))
+        .domain_name("localhost");
+    let channel =
+        tonic::transport::Channel::from_shared(format!("https://localhost:{}", epp.grpc_addr.port()))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let mut client = ExternalProcessorClient::new(channel);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut responses = client.process(ReceiverStream::new(rx)).await.unwrap().into_inner();
+    tx.send(request_headers(&[(":method", "GET"), (":path", "/v1/models")], true, None)).await.unwrap();
+    // No endpoints: the answer is a 503, which proves the TLS stream carried a request both ways.
+    let answer = responses.message().await.unwrap().unwrap().response.unwrap();
+    assert_eq!(immediate_of(&answer).0, 503);
+    epp.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_configuration_is_a_startup_error_naming_the_field() {
+    let config = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
+                  - type: token-load-scorer\n  parameters:\n    queueThresholdToken: 5\n";
+    let arg = format!("--config-text={config}");
+    let args = [
+        "epp",
+        "--bind-address=127.0.0.1",
+        "--grpc-port=0",
+        "--grpc-health-port=0",
+        "--metrics-port=0",
+        &arg,
+    ];
+    let err = Server::start(Cli::parse_from(args)).await.unwrap_err();
+    let text = format!("{err:#}");
+    assert!(text.contains("token-load-scorer") && text.contains("queueThresholdToken"), "{text}");
+}
