@@ -268,7 +268,13 @@ impl StreamHandler {
 
     /// Routes the fully received request and sends the routing answer in the shape the mode requires.
     async fn route_and_answer(&mut self, trailers_follow: bool) -> Result<(), Closed> {
-        let routed = match self.director.route(&self.req).await {
+        // Routing may wait (flow control); if Envoy gives up on the stream meanwhile, stop at once: dropping
+        // the routing future takes the request out of any queue.
+        let routed = tokio::select! {
+            r = self.director.route(&self.req) => r,
+            _ = self.tx.closed() => return Err(Closed),
+        };
+        let routed = match routed {
             Ok(r) => r,
             Err((err, labels)) => {
                 self.director.metrics().record_error(labels.as_labels(), err.code);

@@ -169,6 +169,8 @@ pub struct BuiltPlugin {
     pub pre_request: Option<Arc<dyn PreRequest>>,
     pub response: Option<Arc<dyn ResponseHook>>,
     pub endpoint_listener: Option<Arc<dyn EndpointListener>>,
+    /// How saturated a set of endpoints is, for admission and flow control (`saturationDetector.pluginRef`).
+    pub saturation_detector: Option<Arc<dyn crate::flowcontrol::SaturationDetector>>,
     /// Data this plugin reads that a producer must supply.
     pub consumes: Vec<DataKey>,
 }
@@ -182,6 +184,7 @@ impl std::fmt::Debug for BuiltPlugin {
             .field("picker", &self.picker.is_some())
             .field("profile_handler", &self.profile_handler.is_some())
             .field("producer", &self.producer.is_some())
+            .field("saturation_detector", &self.saturation_detector.is_some())
             .finish()
     }
 }
@@ -199,6 +202,7 @@ impl BuiltPlugin {
             pre_request: None,
             response: None,
             endpoint_listener: None,
+            saturation_detector: None,
             consumes: Vec::new(),
         }
     }
@@ -236,6 +240,10 @@ impl BuiltPlugin {
     }
     pub fn endpoint_listener(mut self, p: Arc<dyn EndpointListener>) -> Self {
         self.endpoint_listener = Some(p);
+        self
+    }
+    pub fn saturation_detector(mut self, p: Arc<dyn crate::flowcontrol::SaturationDetector>) -> Self {
+        self.saturation_detector = Some(p);
         self
     }
     pub fn consumes(mut self, keys: &[DataKey]) -> Self {
