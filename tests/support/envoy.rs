@@ -88,12 +88,14 @@ pub fn start_envoy(template: &str, vars: &[(&str, String)]) -> ChildGuard {
     let dir = temp_dir("envoy-");
     let config_path = dir.path().join(template.rsplit('/').next().unwrap_or("envoy.yaml"));
     std::fs::write(&config_path, render_envoy_template(template, vars)).expect("write envoy config");
+    // ENVOY_LOG_LEVEL=debug (or trace) shows what Envoy did with epp's answers when a test fails.
+    let log_level = std::env::var("ENVOY_LOG_LEVEL").unwrap_or_else(|_| "warning".to_string());
     let mut command = Command::new(envoy);
     command
         .arg("-c")
         .arg(&config_path)
         // A random base id keeps parallel Envoys' shared-memory regions apart.
-        .args(["--base-id", &rand::random::<u16>().to_string(), "-l", "warning"]);
+        .args(["--base-id", &rand::random::<u16>().to_string(), "-l", &log_level]);
     let mut child = ChildGuard::spawn("envoy", command, dir);
     if let Some(admin_port) = port_var("ADMIN_PORT") {
         child.wait_ready("admin /ready says LIVE", || {

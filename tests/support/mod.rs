@@ -8,11 +8,13 @@
 //!
 //! Use from `tests/<name>.rs` with `mod support;` and `use support::*;`. Layout: this file (processes,
 //! ports, epp-test-backend, epp), [`envoy`] (binary lookup, templates, start), [`http`] (async client and
-//! backend admin/debug helpers), [`stack`] (backends + epp + Envoy in one call). Each test crate uses a
-//! different subset, hence the `dead_code` allowance.
+//! backend admin/debug helpers), [`epp_metrics`] (epp's /metrics, waiting for scrapes), [`stack`]
+//! (backends + epp + Envoy in one call). Each test crate uses a different subset, hence the `dead_code`
+//! allowance.
 #![allow(dead_code)]
 
 pub mod envoy;
+pub mod epp_metrics;
 pub mod http;
 pub mod stack;
 
@@ -26,6 +28,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub use envoy::*;
+#[allow(unused_imports)] // used by the e2e tests through epp
+pub use epp_metrics::*;
 pub use http::*;
 #[allow(unused_imports)] // used by the e2e tests through epp
 pub use stack::{start_stack, Stack};
