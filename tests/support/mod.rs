@@ -262,10 +262,9 @@ pub fn start_epp(args: &[String]) -> ChildGuard {
         .and_then(|port| port.parse::<u16>().ok())
         .expect("start_epp needs --grpc-port N");
     let mut command = Command::new(env!("CARGO_BIN_EXE_epp"));
-    command.args(args);
-    if std::env::var_os("RUST_LOG").is_none() {
-        command.env("RUST_LOG", "info");
-    }
+    // epp reads its log filter from EPP_LOG (not RUST_LOG), inherited from the test's environment:
+    // `EPP_LOG=debug cargo test …` shows every scheduling decision in a failing test's log tail.
+    command.args(args).env("NO_COLOR", "1");
     let mut child = ChildGuard::spawn("epp", command, temp_dir("epp-"));
     child.wait_for_port(grpc_port);
     child
