@@ -113,6 +113,54 @@ async fn one_megabyte_prompt_reaches_the_backend_intact_through_full_duplex() {
     );
 }
 
+/// With trailers, Envoy ends the request body with a trailers message instead of `end_of_stream` on the
+/// last chunk (FULL_DUPLEX_STREAMED); epp must route then and keep headers → body → trailers order.
+/// reqwest cannot send trailers, so this speaks HTTP/1.1 chunked encoding by hand.
+#[test]
+fn request_with_trailers_is_routed_and_forwarded_in_full_duplex() {
+    let test_name = "request_with_trailers_is_routed_and_forwarded_in_full_duplex";
+    let envoy_vars = [("HTTP1_TRAILERS", "true")];
+    let Some(stack) =
+        start_stack_with_envoy_vars(test_name, FULL_DUPLEX, 1, &[], &[FAST_POOL_GAUGES], &envoy_vars)
+    else {
+        return;
+    };
+    let body = format!(r#"{{"model":"{MODEL}","prompt":"a request with trailers"}}"#);
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: epp-e2e\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n{body}\r\n0\r\nx-client-trailer: 1\r\n\r\n",
+        body.len()
+    );
+
+    // Envoy's ext_proc debug log says whether it really sent a trailers message.
+    assert!(stack.envoy.set_log_level("ext_proc", "debug"), "Envoy admin refused /logging");
+
+    let response = raw_http_exchange(stack.envoy.listen_port, &request);
+
+    let trailers_sent =
+        wait_until(PROPAGATION_DEADLINE, || stack.envoy.child.logs().contains("Sending trailers message"));
+    assert!(trailers_sent, "Envoy sent epp no trailers");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let backend_id = format!("x-backend-id: {}", stack.backends.id(0));
+    assert!(response.to_ascii_lowercase().contains(&backend_id), "{response}");
+    let (status, upstream) =
+        http_get_blocking(stack.backends.ports[0], "/debug/last-request").expect("backend up");
+    assert_eq!(status, 200, "backend saw no request");
+    let upstream: Value = serde_json::from_str(&upstream).unwrap();
+    assert_eq!(upstream["body"], body.as_str());
+}
+
+/// Writes `request` to 127.0.0.1:`port` and reads until the server closes the connection.
+fn raw_http_exchange(port: u16, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to Envoy");
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).expect("set read timeout");
+    stream.write_all(request.as_bytes()).expect("send request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read response");
+    response
+}
+
 #[tokio::test]
 async fn bad_requests_are_answered_by_epp_with_400() {
     let test_name = "bad_requests_are_answered_by_epp_with_400";

@@ -124,6 +124,23 @@ impl Envoy {
     pub fn admin_get(&self, path: &str) -> Option<(u16, String)> {
         http_get_blocking(self.admin_port, path)
     }
+
+    /// Sets one of Envoy's loggers (e.g. `ext_proc`) to `level` at runtime, through the admin API, so a
+    /// test can check in Envoy's log what Envoy sent epp. Returns whether the admin accepted it.
+    pub fn set_log_level(&self, logger: &str, level: &str) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.admin_port)) else {
+            return false;
+        };
+        let request = format!(
+            "POST /logging?{logger}={level} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\
+             Connection: close\r\n\r\n"
+        );
+        let mut response = String::new();
+        stream.write_all(request.as_bytes()).is_ok()
+            && stream.read_to_string(&mut response).is_ok()
+            && response.starts_with("HTTP/1.1 200")
+    }
 }
 
 /// [`start_envoy`] on fresh `LISTEN_PORT` and `ADMIN_PORT`, plus `extra_vars` (`EXTPROC_PORT`, …).

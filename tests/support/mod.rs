@@ -32,7 +32,7 @@ pub use envoy::*;
 pub use epp_metrics::*;
 pub use http::*;
 #[allow(unused_imports)] // used by the e2e tests through epp
-pub use stack::{start_stack, Stack};
+pub use stack::{start_stack, start_stack_with_envoy_vars, Stack};
 
 /// How long a process may take to become ready. Generous on purpose: CI machines are slow and cold.
 pub const STARTUP_DEADLINE: Duration = Duration::from_secs(90);
