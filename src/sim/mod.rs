@@ -10,6 +10,7 @@
 pub mod engine;
 mod kv;
 mod profile;
+mod types;
 
 pub use engine::{
     tokenize, AcceleratorProfile, AddRequestError, Engine, EngineConfig, EngineConfigError, EngineStats,
