@@ -61,6 +61,7 @@ pub struct Engine {
     rejected: Vec<u64>,
     stats: EngineStats,
     last_shape: StepShape,
+    admitted: Vec<u64>,
 }
 
 impl Engine {
@@ -80,6 +81,7 @@ impl Engine {
             rejected: Vec::new(),
             stats: EngineStats::default(),
             last_shape: StepShape::default(),
+            admitted: Vec::new(),
             cfg,
         }
     }
@@ -157,6 +159,12 @@ impl Engine {
         !self.waiting.is_empty() || !self.running.is_empty() || !self.rejected.is_empty()
     }
 
+    /// Requests the last [`Engine::step`] moved from waiting to running (first admission or resumption
+    /// after preemption), in admission order: what a server needs for vLLM's queue-time metric.
+    pub fn last_step_admitted(&self) -> &[u64] {
+        &self.admitted
+    }
+
     /// The batch the last [`Engine::step`] computed.
     pub fn last_step_shape(&self) -> StepShape {
         self.last_shape
@@ -183,6 +191,7 @@ impl Engine {
             .drain(..)
             .map(|id| RequestEvent::Finished { id, output_tokens: 0, reason: FinishReason::Abort })
             .collect();
+        self.admitted.clear();
         let mut budget = self.cfg.max_num_batched_tokens;
         let preempted = self.schedule_running(&mut budget);
         if !preempted {
@@ -295,6 +304,7 @@ impl Engine {
             if let Some(lora) = &seq.lora {
                 active.insert(lora.clone());
             }
+            self.admitted.push(seq.id);
             self.running.push(seq);
         }
     }

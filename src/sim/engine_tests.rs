@@ -57,6 +57,9 @@ fn batch_is_capped_by_max_num_seqs() {
     engine.step();
     let stats = engine.stats();
     assert_eq!((stats.running, stats.waiting), (4, 6));
+    assert_eq!(engine.last_step_admitted(), &[0, 1, 2, 3]);
+    engine.step();
+    assert!(engine.last_step_admitted().is_empty());
     let events = drain(&mut engine);
     assert_eq!(finished(&events).len(), 10);
     assert!(finished(&events).iter().all(|&(_, n, r)| n == 5 && r == FinishReason::Length));

@@ -8,14 +8,20 @@
 //! vLLM-format `/metrics`; a virtual-time lab can drive the same engine without a clock.
 
 pub mod engine;
+mod exposition;
 mod kv;
+mod openai;
 mod profile;
+mod replica;
+pub mod server;
 mod types;
 
 pub use engine::{
     tokenize, AcceleratorProfile, AddRequestError, Engine, EngineConfig, EngineConfigError, EngineStats,
     FinishReason, RequestEvent, SimRequest, StepResult, StepShape,
 };
+
+pub use server::{serve, FaultOptions, MetricsMode, ServeOptions, SimError};
 
 #[cfg(test)]
 mod characterisation;

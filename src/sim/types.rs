@@ -123,7 +123,7 @@ pub struct EngineStats {
     pub waiting_loras: Vec<String>,
 }
 
-/// Why [`Engine::try_add_request`] refused a request.
+/// Why [`Engine::try_add_request`](super::engine::Engine::try_add_request) refused a request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AddRequestError {
     #[error("request needs {needed} tokens of KV cache ({prompt} prompt + {output} output) but the engine holds {capacity}")]
