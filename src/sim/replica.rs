@@ -19,6 +19,9 @@ use super::engine::{
 };
 use super::exposition::RequestMetrics;
 
+/// How late (real time) a step may end before the replica warns that the host cannot keep up.
+const LAG_WARNING: Duration = Duration::from_millis(50);
+
 /// What a handler receives about its request.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Delivery {
@@ -141,6 +144,7 @@ impl Replica {
     /// The driver: step, sleep for the step, deliver its events; park while there is no work.
     async fn drive(self: Arc<Self>) {
         let mut deadline = Instant::now();
+        let mut last_lag_warning: Option<Instant> = None;
         loop {
             let step = {
                 let mut inner = self.lock();
@@ -164,6 +168,12 @@ impl Replica {
             };
             deadline = deadline.max(Instant::now()) + self.real_duration(step.duration);
             tokio::time::sleep_until(deadline.into()).await;
+            let late = Instant::now().saturating_duration_since(deadline);
+            if late > LAG_WARNING && last_lag_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                // Simulated time runs on the wall clock: a host that cannot keep up inflates every latency.
+                tracing::warn!(replica = %self.name, late_ms = late.as_millis(), "epp-sim cannot keep up; lower --time-scale");
+                last_lag_warning = Some(Instant::now());
+            }
             self.deliver(step.events);
         }
     }
