@@ -19,7 +19,10 @@ use crate::config::{self, LoadedConfig};
 use crate::datastore::{Datastore, Endpoint};
 use crate::director::{Director, DirectorOptions, RewriteRule, SubsetMatch};
 use crate::extproc::{health, tls, ExtProcService, StreamLimits};
-use crate::flowcontrol::Admission;
+use crate::flowcontrol::{
+    Admission, FlowController, FlowControllerParts, ObservedEndpointsDetector, SaturationDetector,
+    OBSERVED_ENDPOINTS_DETECTOR,
+};
 use crate::metrics::EppMetrics;
 use crate::scheduling::observer::TimingObserver;
 use crate::scheduling::{FactoryContext, Observer, Registry};
@@ -32,6 +35,8 @@ pub struct Server {
     pub metrics_addr: SocketAddr,
     pub datastore: Arc<Datastore>,
     pub metrics: Arc<EppMetrics>,
+    /// The flow controller, when the `flowControl` feature gate is on.
+    pub flow_controller: Option<FlowController>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     grpc: JoinHandle<Result<(), tonic::transport::Error>>,
@@ -88,9 +93,38 @@ fn static_endpoints(cli: &Cli, loaded: &LoadedConfig) -> Vec<Endpoint> {
         .collect()
 }
 
+/// Replacements for parts the configuration would otherwise build (tests and embedders).
+#[derive(Default, Clone)]
+pub struct ServerHooks {
+    /// Use this saturation detector (with its name for the metrics) instead of the configured one.
+    pub saturation_detector: Option<(String, Arc<dyn SaturationDetector>)>,
+}
+
+impl std::fmt::Debug for ServerHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self.saturation_detector.as_ref().map(|(n, _)| n.as_str());
+        f.debug_struct("ServerHooks").field("saturation_detector", &name).finish()
+    }
+}
+
+/// The configured saturation detector: `saturationDetector.pluginRef`'s plugin, if it fills that role.
+fn configured_detector(loaded: &LoadedConfig) -> Option<(String, Arc<dyn SaturationDetector>)> {
+    let name = loaded.saturation_detector.as_deref()?;
+    let detector = loaded.pipeline.plugin(name).and_then(|p| p.saturation_detector.clone());
+    if detector.is_none() {
+        tracing::warn!(plugin = name, "saturationDetector.pluginRef names a plugin without a detector role");
+    }
+    detector.map(|d| (name.to_string(), d))
+}
+
 impl Server {
     /// Loads the configuration, binds the ports and starts serving.
     pub async fn start(cli: Cli) -> anyhow::Result<Self> {
+        Self::start_with(cli, ServerHooks::default()).await
+    }
+
+    /// [`start`](Self::start) with some parts replaced.
+    pub async fn start_with(cli: Cli, hooks: ServerHooks) -> anyhow::Result<Self> {
         cli.validate().map_err(anyhow::Error::msg)?;
         let datastore = Arc::new(Datastore::new(cli.pool_name.clone()));
         let metrics = Arc::new(EppMetrics::new(&cli.pool_name));
@@ -135,10 +169,32 @@ impl Server {
             emit_scores: cli.emit_endpoint_scores,
             parse_bodies: loaded.parser == config::ParserKind::OpenAi,
         };
+        let detector = hooks.saturation_detector.or_else(|| configured_detector(&loaded));
+        let flow_controller = loaded.flow_control.as_ref().map(|settings| {
+            let (detector_name, detector) = detector.clone().unwrap_or_else(|| {
+                tracing::warn!(
+                    "flow control without a saturation detector: dispatching whenever an endpoint has \
+                     reported telemetry"
+                );
+                (OBSERVED_ENDPOINTS_DETECTOR.to_string(), Arc::new(ObservedEndpointsDetector))
+            });
+            let parts = FlowControllerParts {
+                detector,
+                detector_name,
+                datastore: datastore.clone(),
+                metrics: metrics.clone(),
+                subset_match: options.subset_match,
+            };
+            FlowController::new(settings, parts)
+        });
+        let admission = match &flow_controller {
+            Some(controller) => Admission::flow_control(controller.clone()),
+            None => Admission::legacy(detector.map(|(_, d)| d)),
+        };
         let director = Arc::new(Director::new(
             datastore.clone(),
             pipeline.clone(),
-            Admission::legacy(None),
+            admission,
             metrics.clone(),
             observer,
             options,
@@ -146,10 +202,19 @@ impl Server {
 
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = Vec::new();
+        // New telemetry may free capacity: wake the dispatcher (wakes coalesce).
+        let on_update = flow_controller.as_ref().map(|controller| {
+            let waker = controller.waker();
+            Arc::new(move || waker.wake()) as telemetry::TelemetryUpdated
+        });
+        if let Some(controller) = &flow_controller {
+            tasks.push(controller.spawn_dispatcher());
+        }
         let scrape = telemetry::ScrapeConfig {
             refresh_interval: cli.refresh_metrics_interval,
             insecure_skip_verify: loaded.data_source.insecure_skip_verify,
             engines,
+            on_update,
             ..Default::default()
         };
         tasks.push(telemetry::spawn_scrapers(datastore.clone(), scrape, shutdown_rx.clone())?);
@@ -196,6 +261,7 @@ impl Server {
             metrics_addr,
             datastore,
             metrics,
+            flow_controller,
             shutdown,
             tasks,
             grpc,
@@ -212,6 +278,10 @@ impl Server {
         match tokio::time::timeout(self.grace, self.grpc).await {
             Ok(_) => tracing::info!(elapsed = ?started.elapsed(), "ext_proc drained"),
             Err(_) => tracing::warn!(grace = ?self.grace, "grace period over with streams still open"),
+        }
+        // Whatever is still queued cannot be served any more: answer it (500) rather than drop it.
+        if let Some(controller) = &self.flow_controller {
+            controller.close();
         }
         for t in self.tasks {
             t.abort();

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::flowcontrol::DispatchWaker;
 use crate::metrics::{EppMetrics, RequestLabels};
 use crate::scheduling::{Completion, CompletionKind, DispatchInfo, Observer, Pipeline, Usage};
 
@@ -41,6 +42,8 @@ pub struct ActiveRequest {
     status: Option<u16>,
     streaming: bool,
     completed: bool,
+    /// Wakes the flow controller's dispatcher when the request completes (capacity may have freed).
+    dispatch_waker: Option<DispatchWaker>,
 }
 
 impl std::fmt::Debug for ActiveRequest {
@@ -58,6 +61,7 @@ impl ActiveRequest {
         info: DispatchInfo,
         labels: OwnedLabels,
         received_at: Instant,
+        dispatch_waker: Option<DispatchWaker>,
     ) -> Self {
         metrics.running_inc(labels.as_labels());
         Self {
@@ -72,6 +76,7 @@ impl ActiveRequest {
             status: None,
             streaming: false,
             completed: false,
+            dispatch_waker,
         }
     }
 
@@ -118,6 +123,9 @@ impl ActiveRequest {
         let completion = Completion { kind, status: self.status, usage, now };
         self.pipeline.on_complete(&self.info, &completion);
         self.metrics.running_dec(self.labels.as_labels());
+        if let Some(waker) = &self.dispatch_waker {
+            waker.wake();
+        }
         if kind == CompletionKind::Finished {
             let duration: Duration = now.saturating_duration_since(self.received_at);
             self.metrics.record_response(self.labels.as_labels(), duration, self.response_bytes, usage);

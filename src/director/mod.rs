@@ -1,7 +1,11 @@
 //! The director: everything between "the request is fully received" and "send it to this endpoint".
-//! Parse → model rewrite → objective and flow → candidates (subset hint) → admission → data producers →
-//! admitters → scheduling → pre-request hooks → the routing mutation. Independent of gRPC, so it is
-//! tested directly and reused by any front end.
+//! Parse → model rewrite → objective and flow → [flow control: wait in the queue] → candidates (subset
+//! hint) → [legacy: shed sheddable requests when saturated] → data producers → admitters → scheduling →
+//! pre-request hooks → the routing mutation. Independent of gRPC, so it is tested directly and reused by
+//! any front end.
+//!
+//! With flow control the queue comes before candidate lookup, so an empty pool waits (scale from zero)
+//! instead of failing with 503; an explicitly empty subset list still fails at once.
 
 mod active;
 mod candidates;
@@ -21,7 +25,8 @@ pub use rewrite::RewriteRule;
 use crate::datastore::Datastore;
 use crate::error::RequestError;
 use crate::extproc::responses::RoutingMutation;
-use crate::flowcontrol::Admission;
+use crate::flowcontrol::policies::{parse_slo_ttft, SLO_TTFT_HEADERS};
+use crate::flowcontrol::{Admission, FlowRequest};
 use crate::metrics::EppMetrics;
 use crate::request::{parse_request, splice_model, Headers, TokenEstimator, CONTROL_HEADERS};
 use crate::scheduling::{Candidate, DispatchInfo, Observer, Pipeline, SchedulingRequest};
@@ -30,6 +35,7 @@ pub const OBJECTIVE_HEADER: &str = "x-gateway-inference-objective";
 pub const FAIRNESS_HEADER: &str = "x-gateway-inference-fairness-id";
 pub const MODEL_REWRITE_HEADER: &str = "x-gateway-model-name-rewrite";
 pub const DEFAULT_FAIRNESS_ID: &str = "default-flow";
+const NO_CANDIDATES: &str = "failed to find endpoint candidates for serving the request";
 
 /// Everything the director needs that comes from configuration and flags.
 #[derive(Debug, Clone, Default)]
@@ -131,6 +137,29 @@ impl Director {
             .and_then(|o| self.options.objectives.get(o).copied())
             .unwrap_or(0);
         let fail = |e: RequestError| (e, labels.clone());
+        let (input_tokens, estimated_tokens) =
+            self.options.token_estimator.estimate(req.body.len(), parsed.as_ref());
+
+        // Flow control admits before candidates are located, so a request waits in the queue while the
+        // pool or its subset is empty (scale from zero) instead of failing. The ticket keeps the request
+        // counted as pending load until it is registered as running below.
+        let flow_ticket = match self.admission.flow_controller() {
+            Some(controller) => {
+                if explicitly_empty(&req.subset, self.options.subset_match) {
+                    return Err(fail(RequestError::unavailable(NO_CANDIDATES)));
+                }
+                let flow_req = FlowRequest {
+                    labels: labels.as_labels(),
+                    byte_size: req.body.len() as u64,
+                    tokens: estimated_tokens,
+                    subset: &req.subset,
+                    received_at: req.received_at.unwrap_or_else(Instant::now),
+                    slo_ttft: slo_ttft(&req.headers),
+                };
+                Some(controller.enqueue_and_wait(flow_req).await.map_err(|e| fail(e.into()))?)
+            }
+            None => None,
+        };
 
         let pool = self.datastore.endpoints();
         if pool.is_empty() {
@@ -138,13 +167,9 @@ impl Director {
         }
         let located = locate(&pool, &req.subset, self.options.subset_match);
         if located.is_empty() {
-            return Err(fail(RequestError::unavailable(
-                "failed to find endpoint candidates for serving the request",
-            )));
+            return Err(fail(RequestError::unavailable(NO_CANDIDATES)));
         }
 
-        let (input_tokens, estimated_tokens) =
-            self.options.token_estimator.estimate(req.body.len(), parsed.as_ref());
         let mut sreq = SchedulingRequest {
             request_id: &req.request_id,
             target_model: &target_model,
@@ -157,8 +182,11 @@ impl Director {
             estimated_tokens,
             now: Instant::now(),
         };
-        let candidates: Vec<Candidate> = located.iter().cloned().map(Candidate::new).collect();
-        self.admission.admit(&sreq, &candidates).await.map_err(fail)?;
+        // Only sheddable requests can be shed: skip building the candidate list for everything else.
+        if flow_ticket.is_none() && labels.priority < 0 {
+            let candidates: Vec<Candidate> = located.iter().cloned().map(Candidate::new).collect();
+            self.admission.admit(&sreq, &candidates).await.map_err(fail)?;
+        }
 
         // Admission may have waited: schedule on fresh telemetry.
         let processing_started = Instant::now();
@@ -221,7 +249,10 @@ impl Director {
             info,
             labels,
             received_at,
+            self.admission.flow_controller().map(|fc| fc.waker()),
         );
+        // Now running (and counted by whatever tracks in-flight load): no longer pending.
+        drop(flow_ticket);
         Ok(Routed {
             mutation,
             new_body,
@@ -270,6 +301,17 @@ impl Director {
         let scores = if self.options.emit_scores { result.primary().map(scores_json) } else { None };
         RoutingMutation { destination, set_headers, remove_headers, content_length, scores }
     }
+}
+
+/// A subset hint that lists no endpoint at all: no candidate can ever match, so even flow control fails
+/// it at once rather than queueing it.
+fn explicitly_empty(hint: &SubsetHint, mode: SubsetMatch) -> bool {
+    mode != SubsetMatch::Disabled && matches!(hint, SubsetHint::Only(list) if list.is_empty())
+}
+
+/// The request's TTFT objective, from the first SLO header that parses.
+fn slo_ttft(headers: &Headers) -> Option<std::time::Duration> {
+    SLO_TTFT_HEADERS.iter().find_map(|h| headers.get(h).and_then(parse_slo_ttft))
 }
 
 fn scores_json(r: &crate::scheduling::ProfileRunResult) -> String {

@@ -1,11 +1,32 @@
-//! Admission: whether a request may proceed to scheduling now.
+//! Admission: whether a request may proceed to scheduling now, is shed, or waits.
 //!
-//! Without the `flowControl` feature gate this is the Go EPP's legacy rule: a sheddable request
-//! (priority < 0) is rejected with 429 while the configured saturation detector reports the pool at or
-//! above 1.0. The flow controller (queues by priority and fairness) plugs in here.
+//! Two modes (flow-control.md §1):
+//! - **legacy** (no `flowControl` feature gate): the Go EPP's rule — a sheddable request (priority < 0)
+//!   is rejected with 429 while the configured saturation detector reports its candidates at or above
+//!   1.0; everything else goes straight to scheduling;
+//! - **flow control** (`featureGates: [flowControl]`): the [`FlowController`] holds requests in epp's own
+//!   queues — priority bands, fairness between flows, ordering within a flow — and releases them while
+//!   the detector says their candidates have room, so excess load waits here instead of in the model
+//!   servers' queues, and the queue metrics can drive autoscaling (including from zero).
+//!
+//! Layout: [`queue`] (bands, flows, capacity), [`policies`] (ordering keys, fairness), `controller`
+//! (enqueue, wait, cancellation, pending load), `dispatch` (the event-driven dispatch cycle), `outcome`
+//! (outcomes and their HTTP mapping), `fallback` (the detector used when none is configured).
+
+mod controller;
+mod dispatch;
+mod fallback;
+mod outcome;
+pub mod policies;
+pub mod queue;
 
 use std::sync::Arc;
 use std::time::Instant;
+
+pub use controller::{DispatchTicket, DispatchWaker, FlowController, FlowControllerParts, FlowRequest};
+pub use dispatch::SAFETY_TICK;
+pub use fallback::{ObservedEndpointsDetector, OBSERVED_ENDPOINTS_DETECTOR};
+pub use outcome::{FlowError, Outcome, NOT_YET_FINALIZED};
 
 use crate::error::RequestError;
 use crate::scheduling::{Candidate, SchedulingRequest};
@@ -36,31 +57,47 @@ pub trait SaturationDetector: Send + Sync {
     }
 }
 
-/// The admission stage.
+/// The admission stage: legacy shedding, or the flow controller.
 #[derive(Clone, Default)]
 pub struct Admission {
     detector: Option<Arc<dyn SaturationDetector>>,
+    flow: Option<FlowController>,
 }
 
 impl std::fmt::Debug for Admission {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Admission").field("detector", &self.detector.is_some()).finish()
+        f.debug_struct("Admission")
+            .field("detector", &self.detector.is_some())
+            .field("flow", &self.flow)
+            .finish()
     }
 }
 
 impl Admission {
     /// Legacy admission gated by `detector`; with no detector nothing is shed.
     pub fn legacy(detector: Option<Arc<dyn SaturationDetector>>) -> Self {
-        Self { detector }
+        Self { detector, flow: None }
     }
 
-    /// Admits or rejects the request. Asynchronous because a flow controller may hold it in a queue.
+    /// Flow-control admission: requests queue in `controller` (the director calls
+    /// [`FlowController::enqueue_and_wait`] before it looks for candidates).
+    pub fn flow_control(controller: FlowController) -> Self {
+        Self { detector: None, flow: Some(controller) }
+    }
+
+    /// The flow controller, in flow-control mode.
+    pub fn flow_controller(&self) -> Option<&FlowController> {
+        self.flow.as_ref()
+    }
+
+    /// The legacy rule: admits or sheds the request given its candidates. In flow-control mode this
+    /// admits everything (negative priorities are queued, not shed).
     pub async fn admit(
         &self,
         req: &SchedulingRequest<'_>,
         candidates: &[Candidate],
     ) -> Result<(), RequestError> {
-        if req.priority >= 0 {
+        if req.priority >= 0 || self.flow.is_some() {
             return Ok(());
         }
         match &self.detector {
@@ -71,3 +108,6 @@ impl Admission {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,6 +9,7 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
 use super::buckets::*;
+use super::flow_control::FlowControlFamilies;
 use super::labels::*;
 
 /// A histogram family whose series share one bucket layout.
@@ -95,6 +96,7 @@ pub struct Families {
     pub llmd: LlmdRequestFamilies,
     pub pool: PoolFamilies,
     pub epp: EppFamilies,
+    pub flow: FlowControlFamilies,
 }
 
 impl Families {
@@ -161,6 +163,7 @@ impl Families {
                 inflight_requests: Family::default(),
                 inflight_tokens: Family::default(),
             },
+            flow: FlowControlFamilies::new(),
         };
         families.register_gie(registry);
         families.register_llmd(registry);

@@ -20,11 +20,13 @@
 mod buckets;
 mod endpoints;
 mod families;
+mod flow_control;
 mod labels;
 mod registration;
 #[cfg(test)]
 mod tests;
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +40,7 @@ use crate::scheduling::{ExtensionPoint, PluginId, Usage};
 use endpoints::EndpointSeries;
 pub use endpoints::{PoolSummary, Stats};
 use families::Families;
+pub use flow_control::FlowQueueLabels;
 pub use labels::OVERFLOW_LABEL;
 use labels::*;
 
@@ -76,6 +79,8 @@ pub struct EppMetrics {
     fairness_ids: BoundedLabels,
     config_names: BoundedLabels,
     endpoints: EndpointSeries,
+    /// The sum of `llm_d_epp_request_running` over all series, kept beside the families so it can be read.
+    running_total: AtomicI64,
 }
 
 impl EppMetrics {
@@ -94,6 +99,7 @@ impl EppMetrics {
             fairness_ids: BoundedLabels::new(MAX_FAIRNESS_LABEL_VALUES),
             config_names: BoundedLabels::new(MAX_CONFIG_LABEL_VALUES),
             endpoints: EndpointSeries::default(),
+            running_total: AtomicI64::new(0),
         }
     }
 
@@ -216,6 +222,13 @@ impl EppMetrics {
         let (model, flow) = self.flow_labels(&l);
         self.families.gie.running.get_or_create(&ModelNameLabels { model_name: model.model_name }).inc();
         self.families.llmd.running.get_or_create(&flow).inc();
+        self.running_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests currently running on model servers as this EPP counts them (the sum of
+    /// `llm_d_epp_request_running`; requests without a model name are not counted).
+    pub fn running_requests(&self) -> i64 {
+        self.running_total.load(Ordering::Relaxed)
     }
 
     /// A running request ended. Never takes a gauge below zero: an unmatched decrement is a caller bug,
@@ -230,13 +243,12 @@ impl EppMetrics {
         let decremented = [&*gie, &*llmd].map(|gauge| {
             gauge
                 .inner()
-                .fetch_update(
-                    std::sync::atomic::Ordering::Relaxed,
-                    std::sync::atomic::Ordering::Relaxed,
-                    |v| (v > 0).then(|| v - 1),
-                )
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| (v > 0).then(|| v - 1))
                 .is_ok()
         });
+        if decremented[1] {
+            self.running_total.fetch_sub(1, Ordering::Relaxed);
+        }
         if decremented.contains(&false) {
             tracing::warn!(
                 model = l.model_name,

@@ -133,8 +133,7 @@ impl Families {
             alpha(REWRITE_HELP),
             e.gie_rewrites.clone(),
         );
-        // Flow-control families (`inference_extension_flow_control_*`) register here with the flow
-        // controller (issue 4).
+        self.flow.register_gie(r);
     }
 
     pub(super) fn register_llmd(&self, r: &mut Registry) {
@@ -279,8 +278,7 @@ impl Families {
             ),
             e.inflight_tokens.clone(),
         );
-        // Flow-control families (`llm_d_epp_flow_control_*`, capacity utilization) register here with
-        // the flow controller (issue 4).
+        self.flow.register_llmd(r);
     }
 }
 
