@@ -41,7 +41,7 @@ use serde::Deserialize;
 
 use super::detector_params::{check_headroom, positive_int, InvalidParameter};
 use crate::datastore::EndpointMetrics;
-use crate::flowcontrol::SaturationDetector;
+use crate::flowcontrol::{PendingLoad, SaturationDetector};
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, FactoryContext, Filter, PluginError, SchedulingRequest,
 };
@@ -189,6 +189,18 @@ impl SaturationDetector for UtilizationDetector {
         }
         let total: f64 = candidates.iter().map(|c| self.endpoint_score(&c.metrics, now)).sum();
         total / candidates.len() as f64
+    }
+
+    /// Requests released by flow control but not yet on any endpoint count as queue depth spread over the
+    /// candidates, so one dispatch cycle cannot release the whole queue before telemetry catches up.
+    fn saturation_with_pending(&self, candidates: &[Candidate], now: Instant, pending: PendingLoad) -> f64 {
+        let base = self.saturation(candidates, now);
+        if candidates.is_empty() || pending.requests == 0 {
+            return base;
+        }
+        let spread =
+            pending.requests as f64 / (self.config.queue_depth_threshold as f64 * candidates.len() as f64);
+        base + spread
     }
 
     fn stale_endpoints(&self, candidates: &[Candidate], now: Instant) -> usize {

@@ -341,3 +341,21 @@ fn filter_keeps_order_and_an_empty_list_stays_empty() {
     run_filter_on(&defaults(), &c, now, &mut kept);
     assert!(kept.is_empty());
 }
+
+#[test]
+fn pending_requests_count_as_queue_depth_spread_over_candidates() {
+    use crate::flowcontrol::{PendingLoad, SaturationDetector};
+    let det = UtilizationDetector::new(UtilizationConfig::default()).unwrap();
+    let now = std::time::Instant::now();
+    let idle = |n: u8| {
+        crate::scheduling::plugins::testing::candidate(
+            n,
+            crate::datastore::EndpointMetrics { update_time: Some(now), ..Default::default() },
+        )
+    };
+    let cands = vec![idle(1), idle(2)];
+    assert_eq!(det.saturation(&cands, now), 0.0);
+    // 10 pending over 2 endpoints with a queue threshold of 5: one full threshold each.
+    let s = det.saturation_with_pending(&cands, now, PendingLoad { requests: 10, tokens: 0 });
+    assert!((s - 1.0).abs() < 1e-9, "{s}");
+}
