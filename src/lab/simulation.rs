@@ -5,7 +5,8 @@
 //! (its token events take effect, and the replica steps again while it has work), and a telemetry
 //! scrape (every replica's engine stats become the endpoint's metrics, which stay as they are until the
 //! next scrape: stale in between, as in production). An engine step is computed when it starts, so
-//! its events are held until its end. Ties go: scrape, then step ends, then arrivals; replicas in
+//! its events are held until its end (and a scrape during a step already sees the batch it scheduled,
+//! as vLLM's own stats, logged after scheduling, do). Ties go: scrape, then step ends, then arrivals; replicas in
 //! index order. Nothing reads a clock: `Instant`s handed to plugins are a fixed base plus virtual time.
 
 use std::cmp::{Ordering, Reverse};
