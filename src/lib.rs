@@ -14,6 +14,7 @@ pub mod director;
 pub mod error;
 pub mod extproc;
 pub mod flowcontrol;
+pub mod lab;
 pub mod metrics;
 pub mod request;
 pub mod scheduling;
