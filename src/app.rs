@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 use crate::cli::Cli;
 use crate::config::{self, LoadedConfig};
@@ -181,7 +182,9 @@ impl Server {
         }
         let mut rx = shutdown_rx.clone();
         let grpc = tokio::spawn(builder.add_service(service).serve_with_incoming_shutdown(
-            TcpListenerStream::new(grpc_listener),
+            // serve_with_incoming ignores the builder's tcp_nodelay; without it Nagle holds epp's first
+            // answer on each new Envoy connection until Envoy's delayed ACK (~40ms).
+            TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
             async move {
                 let _ = rx.wait_for(|stop| *stop).await;
             },

@@ -18,4 +18,5 @@ pub mod flowcontrol;
 pub mod metrics;
 pub mod request;
 pub mod scheduling;
+pub mod sim;
 pub mod telemetry;

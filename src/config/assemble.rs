@@ -1,13 +1,15 @@
 //! Turns the declared plugins and `schedulingProfiles` into a [`Pipeline`], applying the Go loader's
 //! defaulting rules (config.md §4): a default profile when none is given, a default picker per profile,
-//! `single-profile-handler` for a single profile, and default producers for consumed data.
+//! `single-profile-handler` for a single profile, default producers for consumed data, and the default
+//! saturation detector.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::detector::resolve_saturation_detector;
 use super::local::LocalPlugin;
 use super::producers::order_producers;
-use super::schema::{RawProfile, RawProfilePlugin};
+use super::schema::{RawPluginRef, RawProfile, RawProfilePlugin};
 use super::ConfigError;
 use crate::scheduling::{
     BuiltPlugin, FactoryContext, Filter, Picker, Pipeline, PluginId, Profile, Registry, WeightedScorer,
@@ -69,18 +71,33 @@ impl<'a> Instances<'a> {
         Ok(self.plugins.len() - 1)
     }
 
+    /// The loader-handled plugin declared as `name`, if any.
+    pub(crate) fn local_plugin(&self, name: &str) -> Option<&'a LocalPlugin> {
+        self.local.iter().find(|(n, _)| *n == name).map(|(_, p)| *p)
+    }
+
+    pub(crate) fn registry(&self) -> &'a Registry {
+        self.registry
+    }
+
+    pub(crate) fn ctx(&self) -> &'a FactoryContext {
+        self.ctx
+    }
+
     fn find(&self, name: &str) -> Option<&BuiltPlugin> {
         self.plugins.iter().find(|p| p.id.name == name)
     }
 }
 
-/// Builds the pipeline from the declared plugins and the raw profiles.
+/// Builds the pipeline from the declared plugins, the raw profiles and `saturationDetector`; returns it
+/// with the name of the saturation detector (added when none is configured).
 pub(crate) fn build_pipeline(
     raw_profiles: &[RawProfile],
+    raw_detector: Option<&RawPluginRef>,
     declared: &[Declared],
     registry: &Registry,
     ctx: &FactoryContext,
-) -> Result<Pipeline, ConfigError> {
+) -> Result<(Pipeline, String), ConfigError> {
     let mut instances = Instances {
         plugins: declared
             .iter()
@@ -127,6 +144,8 @@ pub(crate) fn build_pipeline(
         .collect::<Result<Vec<_>, _>>()?;
 
     let producers = order_producers(&mut instances)?;
+    // After the profiles, so that a detector added here is in none of them.
+    let saturation_detector = resolve_saturation_detector(raw_detector, &mut instances)?;
     let plugins = instances.plugins;
     let handler = {
         let p = &plugins[handler];
@@ -146,7 +165,7 @@ pub(crate) fn build_pipeline(
     let response_hooks =
         plugins.iter().filter_map(|p| p.response.clone().map(|a| (p.id.clone(), a))).collect();
     let endpoint_listeners = plugins.iter().filter_map(|p| p.endpoint_listener.clone()).collect();
-    Ok(Pipeline::new(
+    let pipeline = Pipeline::new(
         profiles,
         handler,
         producers,
@@ -155,7 +174,8 @@ pub(crate) fn build_pipeline(
         response_hooks,
         endpoint_listeners,
         plugins,
-    ))
+    );
+    Ok((pipeline, saturation_detector))
 }
 
 /// The profile of rule 4: every declared Filter, Scorer and Picker, in declaration order.

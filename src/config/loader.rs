@@ -8,7 +8,7 @@ use std::path::Path;
 use super::assemble::{build_pipeline, Declared, DeclaredKind};
 use super::extensions::{build_endpoints, build_model_rewrites, build_objectives, build_token_estimator};
 use super::local::{build_local, RefTarget, LOCAL_TYPES};
-use super::schema::{parse_document, RawConfig, RawPluginRef};
+use super::schema::{parse_document, RawConfig};
 use super::{datalayer, flow_control, ConfigError, FeatureGates, LoadedConfig};
 use crate::scheduling::{FactoryContext, Registry};
 
@@ -60,21 +60,8 @@ fn load_document(text: &str, registry: &Registry, ctx: &FactoryContext) -> Resul
         }
     };
 
-    let pipeline = build_pipeline(&raw.scheduling_profiles, &declared, registry, ctx)?;
-    let saturation_detector = match &raw.saturation_detector {
-        None => None,
-        Some(RawPluginRef { plugin_ref }) => match lookup(plugin_ref) {
-            RefTarget::Scheduling { .. } => Some(plugin_ref.clone()),
-            other => {
-                return Err(datalayer::wrong_ref(
-                    "saturationDetector.pluginRef",
-                    plugin_ref,
-                    other,
-                    "a saturation detector",
-                ))
-            }
-        },
-    };
+    let (pipeline, saturation_detector) =
+        build_pipeline(&raw.scheduling_profiles, raw.saturation_detector.as_ref(), &declared, registry, ctx)?;
     let local: Vec<(&str, &_)> = declared
         .iter()
         .filter_map(|d| match &d.kind {
@@ -97,7 +84,7 @@ fn load_document(text: &str, registry: &Registry, ctx: &FactoryContext) -> Resul
         pipeline,
         feature_gates,
         flow_control,
-        saturation_detector,
+        saturation_detector: Some(saturation_detector),
         endpoints: build_endpoints(&raw.endpoints)?,
         objectives: build_objectives(&raw.objectives)?,
         model_rewrites: build_model_rewrites(&raw.model_rewrites)?,

@@ -14,6 +14,7 @@
 
 mod assemble;
 mod datalayer;
+mod detector;
 mod error;
 mod extensions;
 mod flow_control;
@@ -57,8 +58,11 @@ pub struct LoadedConfig {
     pub feature_gates: FeatureGates,
     /// `Some` exactly when the `flowControl` gate is on (the block's settings, or all defaults).
     pub flow_control: Option<FlowControlConfig>,
-    /// `saturationDetector.pluginRef`: the name of a declared plugin, found in `pipeline.plugin(name)`.
-    /// `None`: not configured (the caller picks the default detector).
+    /// The saturation detector for admission and flow control: the name of a plugin with a
+    /// saturation-detector role, `pipeline.plugin(name).and_then(|p| p.saturation_detector.clone())`.
+    /// Always `Some` after loading: `saturationDetector.pluginRef` when configured, else the name of the
+    /// `utilization-detector` the loader added with default parameters (in no profile, so it gates
+    /// admission but filters nothing).
     pub saturation_detector: Option<String>,
     /// epp extension: static endpoints.
     pub endpoints: Vec<StaticEndpoint>,

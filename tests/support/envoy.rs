@@ -88,12 +88,14 @@ pub fn start_envoy(template: &str, vars: &[(&str, String)]) -> ChildGuard {
     let dir = temp_dir("envoy-");
     let config_path = dir.path().join(template.rsplit('/').next().unwrap_or("envoy.yaml"));
     std::fs::write(&config_path, render_envoy_template(template, vars)).expect("write envoy config");
+    // ENVOY_LOG_LEVEL=debug (or trace) shows what Envoy did with epp's answers when a test fails.
+    let log_level = std::env::var("ENVOY_LOG_LEVEL").unwrap_or_else(|_| "warning".to_string());
     let mut command = Command::new(envoy);
     command
         .arg("-c")
         .arg(&config_path)
         // A random base id keeps parallel Envoys' shared-memory regions apart.
-        .args(["--base-id", &rand::random::<u16>().to_string(), "-l", "warning"]);
+        .args(["--base-id", &rand::random::<u16>().to_string(), "-l", &log_level]);
     let mut child = ChildGuard::spawn("envoy", command, dir);
     if let Some(admin_port) = port_var("ADMIN_PORT") {
         child.wait_ready("admin /ready says LIVE", || {
@@ -121,6 +123,23 @@ impl Envoy {
     /// An admin endpoint (e.g. `/stats?filter=ext_proc`), fetched blocking.
     pub fn admin_get(&self, path: &str) -> Option<(u16, String)> {
         http_get_blocking(self.admin_port, path)
+    }
+
+    /// Sets one of Envoy's loggers (e.g. `ext_proc`) to `level` at runtime, through the admin API, so a
+    /// test can check in Envoy's log what Envoy sent epp. Returns whether the admin accepted it.
+    pub fn set_log_level(&self, logger: &str, level: &str) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.admin_port)) else {
+            return false;
+        };
+        let request = format!(
+            "POST /logging?{logger}={level} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\
+             Connection: close\r\n\r\n"
+        );
+        let mut response = String::new();
+        stream.write_all(request.as_bytes()).is_ok()
+            && stream.read_to_string(&mut response).is_ok()
+            && response.starts_with("HTTP/1.1 200")
     }
 }
 

@@ -8,11 +8,13 @@
 //!
 //! Use from `tests/<name>.rs` with `mod support;` and `use support::*;`. Layout: this file (processes,
 //! ports, epp-test-backend, epp), [`envoy`] (binary lookup, templates, start), [`http`] (async client and
-//! backend admin/debug helpers), [`stack`] (backends + epp + Envoy in one call). Each test crate uses a
-//! different subset, hence the `dead_code` allowance.
+//! backend admin/debug helpers), [`epp_metrics`] (epp's /metrics, waiting for scrapes), [`stack`]
+//! (backends + epp + Envoy in one call). Each test crate uses a different subset, hence the `dead_code`
+//! allowance.
 #![allow(dead_code)]
 
 pub mod envoy;
+pub mod epp_metrics;
 pub mod http;
 pub mod stack;
 
@@ -26,9 +28,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub use envoy::*;
+#[allow(unused_imports)] // used by the e2e tests through epp
+pub use epp_metrics::*;
 pub use http::*;
 #[allow(unused_imports)] // used by the e2e tests through epp
-pub use stack::{start_stack, Stack};
+pub use stack::{start_stack, start_stack_with_envoy_vars, Stack};
 
 /// How long a process may take to become ready. Generous on purpose: CI machines are slow and cold.
 pub const STARTUP_DEADLINE: Duration = Duration::from_secs(90);
@@ -258,10 +262,9 @@ pub fn start_epp(args: &[String]) -> ChildGuard {
         .and_then(|port| port.parse::<u16>().ok())
         .expect("start_epp needs --grpc-port N");
     let mut command = Command::new(env!("CARGO_BIN_EXE_epp"));
-    command.args(args);
-    if std::env::var_os("RUST_LOG").is_none() {
-        command.env("RUST_LOG", "info");
-    }
+    // epp reads its log filter from EPP_LOG (not RUST_LOG), inherited from the test's environment:
+    // `EPP_LOG=debug cargo test …` shows every scheduling decision in a failing test's log tail.
+    command.args(args).env("NO_COLOR", "1");
     let mut child = ChildGuard::spawn("epp", command, temp_dir("epp-"));
     child.wait_for_port(grpc_port);
     child

@@ -31,9 +31,23 @@ pub fn start_stack(
     backend_args: &[&str],
     epp_args: &[&str],
 ) -> Option<Stack> {
+    start_stack_with_envoy_vars(test_name, template, backend_count, backend_args, epp_args, &[])
+}
+
+/// [`start_stack`] with extra template variables for Envoy (e.g. `("HTTP1_TRAILERS", "true")`).
+pub fn start_stack_with_envoy_vars(
+    test_name: &str,
+    template: &str,
+    backend_count: usize,
+    backend_args: &[&str],
+    epp_args: &[&str],
+    envoy_vars: &[(&str, &str)],
+) -> Option<Stack> {
     envoy_or_skip(test_name)?;
     let backends = start_test_backends(backend_count, backend_args);
     let epp = start_epp_for(&backends.endpoints(), epp_args);
-    let envoy = start_envoy_on_free_ports(template, &[("EXTPROC_PORT", epp.grpc_port.to_string())]);
+    let mut vars = vec![("EXTPROC_PORT", epp.grpc_port.to_string())];
+    vars.extend(envoy_vars.iter().map(|(name, value)| (*name, value.to_string())));
+    let envoy = start_envoy_on_free_ports(template, &vars);
     Some(Stack { envoy, epp, backends })
 }

@@ -25,7 +25,8 @@ fn default_config_matches_section_5() {
     assert_eq!(c.data_source, DataSourceConfig::default());
     assert_eq!(c.extractor_params, None);
     assert_eq!(c.parser, ParserKind::OpenAi);
-    assert!(c.flow_control.is_none() && c.saturation_detector.is_none());
+    assert!(c.flow_control.is_none());
+    assert_eq!(c.saturation_detector.as_deref(), Some("utilization-detector"));
     assert!(c.endpoints.is_empty() && c.objectives.is_empty() && c.model_rewrites.is_empty());
 }
 

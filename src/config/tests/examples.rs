@@ -101,9 +101,12 @@ mod builtins {
     fn examples_load_with_builtin_plugins() {
         let registry = Registry::with_builtins();
         for name in MUST_LOAD {
-            if let Err(e) = load_example(name, &registry) {
-                panic!("{name} must load with the built-in plugins: {e}");
-            }
+            let c = match load_example(name, &registry) {
+                Ok(c) => c,
+                Err(e) => panic!("{name} must load with the built-in plugins: {e}"),
+            };
+            let detector = c.saturation_detector.as_deref().and_then(|n| c.pipeline.plugin(n));
+            assert!(detector.and_then(|p| p.saturation_detector.as_ref()).is_some(), "{name}: no detector");
         }
         for name in OPTIONAL {
             match load_example(name, &registry) {

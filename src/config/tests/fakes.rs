@@ -2,11 +2,13 @@
 //! same type name and decodes its parameters strictly, so the loader can be tested on its own.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use rand::rngs::SmallRng;
 use serde::Deserialize;
 
 use crate::datastore::{Datastore, Endpoint};
+use crate::flowcontrol::SaturationDetector;
 use crate::metrics::EppMetrics;
 use crate::scheduling::types::ProfileRunResult;
 use crate::scheduling::{
@@ -17,6 +19,13 @@ use crate::scheduling::{
 
 pub fn ctx() -> FactoryContext {
     FactoryContext { datastore: Arc::new(Datastore::new("test")), metrics: Arc::new(EppMetrics::new("test")) }
+}
+
+struct FakeDetector;
+impl SaturationDetector for FakeDetector {
+    fn saturation(&self, _: &[Candidate], _: Instant) -> f64 {
+        0.5
+    }
 }
 
 struct FakeFilter;
@@ -127,6 +136,16 @@ struct DetectorParams {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[allow(dead_code)]
+struct ConcurrencyParams {
+    concurrency_mode: Option<String>,
+    max_concurrency: Option<i64>,
+    max_token_concurrency: Option<i64>,
+    headroom: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
 struct TokenLoadParams {
     queue_threshold_tokens: Option<u64>,
 }
@@ -178,7 +197,15 @@ fake!(served_verifier, "destination-endpoint-served-verifier", NoParams, |p| p.r
 fake!(affinity_filter, "prefix-cache-affinity-filter", AffinityFilterParams, |p| p
     .filter(Arc::new(FakeFilter))
     .consumes(PREFIX));
-fake!(utilization_detector, "utilization-detector", DetectorParams, |p| p.filter(Arc::new(FakeFilter)));
+fake!(utilization_detector, "utilization-detector", DetectorParams, |p| p
+    .filter(Arc::new(FakeFilter))
+    .saturation_detector(Arc::new(FakeDetector)));
+fake!(concurrency_detector, "concurrency-detector", ConcurrencyParams, |p| p
+    .filter(Arc::new(FakeFilter))
+    .saturation_detector(Arc::new(FakeDetector))
+    .pre_request(Arc::new(FakeHook))
+    .response(Arc::new(FakeHook))
+    .endpoint_listener(Arc::new(FakeHook)));
 fake!(admitter, "test-admitter", NoParams, |p| p.admitter(Arc::new(FakeHook)));
 fake!(filter_scorer, "filter-scorer", NoParams, |p| p
     .filter(Arc::new(FakeFilter))
@@ -206,6 +233,7 @@ pub fn registry() -> Registry {
     r.register("destination-endpoint-served-verifier", served_verifier);
     r.register("prefix-cache-affinity-filter", affinity_filter);
     r.register("utilization-detector", utilization_detector);
+    r.register("concurrency-detector", concurrency_detector);
     r.register("test-admitter", admitter);
     r.register("filter-scorer", filter_scorer);
     r.register("inert-plugin", inert);

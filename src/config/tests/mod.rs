@@ -1,6 +1,7 @@
 //! Loader tests over a registry of fake plugins (the real built-ins are tested in `examples`).
 
 mod defaults;
+mod detectors;
 mod errors;
 mod examples;
 mod fakes;

@@ -11,6 +11,8 @@ use serde::Deserialize;
 use super::registry::{parse_params, PluginError, Registry};
 
 pub mod approx_prefix_cache_producer;
+pub mod concurrency_capacity;
+pub mod concurrency_detector;
 pub mod destination_endpoint_served_verifier;
 pub mod header_based_testing_filter;
 pub mod inflight_load_producer;
@@ -25,8 +27,10 @@ pub mod random_picker;
 pub mod running_requests_size_scorer;
 pub mod single_profile_handler;
 pub mod token_load_scorer;
+pub mod utilization_detector;
 pub mod weighted_random_picker;
 
+mod detector_params;
 mod endpoint_key;
 mod pick;
 
@@ -36,7 +40,11 @@ mod default_profile_tests;
 pub(crate) mod testing;
 
 pub use approx_prefix_cache_producer::{ApproxPrefixCacheConfig, ApproxPrefixCacheProducer};
+pub use concurrency_detector::{
+    Capacity, CapacityOverride, ConcurrencyConfig, ConcurrencyDetector, ConcurrencyMode,
+};
 pub use destination_endpoint_served_verifier::DestinationEndpointServedVerifier;
+pub use detector_params::InvalidParameter;
 pub use header_based_testing_filter::HeaderBasedTestingFilter;
 pub use inflight_load_producer::{InFlightLoadProducer, TokenBasis};
 pub use kv_cache_utilization_scorer::KvCacheUtilizationScorer;
@@ -49,6 +57,7 @@ pub use random_picker::RandomPicker;
 pub use running_requests_size_scorer::RunningRequestsSizeScorer;
 pub use single_profile_handler::SingleProfileHandler;
 pub use token_load_scorer::TokenLoadScorer;
+pub use utilization_detector::{UtilizationConfig, UtilizationDetector};
 pub use weighted_random_picker::WeightedRandomPicker;
 
 /// Registers every built-in plugin type.
@@ -70,6 +79,8 @@ pub fn register_all(registry: &mut Registry) {
         destination_endpoint_served_verifier::TYPE_NAME,
         destination_endpoint_served_verifier::factory,
     );
+    registry.register(utilization_detector::TYPE_NAME, utilization_detector::factory);
+    registry.register(concurrency_detector::TYPE_NAME, concurrency_detector::factory);
 }
 
 /// The parameters of a plugin that takes none: decoding it rejects every key.
@@ -127,6 +138,8 @@ mod tests {
             "single-profile-handler",
             "header-based-testing-filter",
             "destination-endpoint-served-verifier",
+            "utilization-detector",
+            "concurrency-detector",
         ] {
             assert!(names.contains(&t), "{t} missing");
         }

@@ -1,0 +1,82 @@
+//! Parameter validation shared by the two saturation detectors.
+//!
+//! Both detectors distinguish "unset" from an explicit value (Go uses pointers for this): an unset
+//! parameter takes its default, while an explicit `0` where `> 0` is required is an error rather than a
+//! silent fallback to the default, because an operator who wrote `0` meant something and should be told.
+
+use crate::scheduling::PluginError;
+
+/// A parameter value outside its valid range, naming the parameter (as written in the config).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("parameter `{field}` {message}")]
+pub struct InvalidParameter {
+    pub field: String,
+    pub message: String,
+}
+
+impl InvalidParameter {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+
+    /// The same error attributed to plugin instance `name` of type `type_name`.
+    pub fn for_plugin(self, name: &str, type_name: &str) -> PluginError {
+        PluginError::new(name, type_name, self.to_string())
+    }
+}
+
+/// `value` if set (it must be > 0), else `default`.
+pub(crate) fn positive_int(field: &str, value: Option<i64>, default: i64) -> Result<i64, InvalidParameter> {
+    match value {
+        None => Ok(default),
+        Some(v) if v > 0 => Ok(v),
+        Some(v) => Err(InvalidParameter::new(field, format!("must be > 0, got {v}"))),
+    }
+}
+
+/// Checks a burst headroom fraction: finite and ≥ 0. Values above 1.0 (more than doubling the ideal
+/// threshold) are accepted, as upstream does, but logged because they are rarely intended.
+pub(crate) fn check_headroom(plugin: &str, headroom: f64) -> Result<f64, InvalidParameter> {
+    if !headroom.is_finite() || headroom < 0.0 {
+        return Err(InvalidParameter::new("headroom", format!("must be a number >= 0.0, got {headroom}")));
+    }
+    if headroom > 1.0 {
+        tracing::warn!(
+            plugin,
+            headroom,
+            "headroom above 1.0 lets endpoints take more than twice their ideal load before they are filtered"
+        );
+    }
+    Ok(headroom)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positive_int_distinguishes_unset_from_zero() {
+        assert_eq!(positive_int("x", None, 7), Ok(7));
+        assert_eq!(positive_int("x", Some(3), 7), Ok(3));
+        let e = positive_int("x", Some(0), 7).unwrap_err();
+        assert_eq!(e.to_string(), "parameter `x` must be > 0, got 0");
+        assert!(positive_int("x", Some(-2), 7).is_err());
+    }
+
+    #[test]
+    fn headroom_range() {
+        assert_eq!(check_headroom("p", 0.0), Ok(0.0));
+        assert_eq!(check_headroom("p", 2.5), Ok(2.5));
+        for bad in [-0.1, f64::NAN, f64::INFINITY] {
+            let e = check_headroom("p", bad).unwrap_err();
+            assert_eq!(e.field, "headroom");
+        }
+    }
+
+    #[test]
+    fn plugin_error_names_plugin_and_field() {
+        let e = InvalidParameter::new("maxConcurrency", "must be > 0, got 0").for_plugin("det", "t");
+        let text = e.to_string();
+        assert!(text.contains("\"det\"") && text.contains("`maxConcurrency`"), "{text}");
+    }
+}
