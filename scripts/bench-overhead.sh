@@ -11,7 +11,8 @@
 #   env:   ROUNDS (3), ROUND_DURATION (10s), WARMUP (2s), CONCURRENCY (32), PROMPT_TOKENS (200),
 #          LARGE_PROMPT_TOKENS (36000, ~220 KB bodies), LARGE_ROUNDS (=ROUNDS), BASE_PORT (19000: uses
 #          +1..+4, +10..+12, +20, +31..+33, +41..+43), SMOKE=1 (one 3 s round, small prompts, no
-#          figures recorded; fails unless every setup served every request), OUT_DIR, BENCHMARKS_MD
+#          figures recorded; fails unless every setup served every request), OUT_DIR, BENCHMARKS_MD,
+#          BACKEND (bench: `epp-bench backend`, which sets TCP_NODELAY; test-backend: epp-test-backend)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -29,6 +30,7 @@ CONCURRENCY=${CONCURRENCY:-32}
 PROMPT_TOKENS=${PROMPT_TOKENS:-200}
 LARGE_PROMPT_TOKENS=${LARGE_PROMPT_TOKENS:-36000}
 LARGE_ROUNDS=${LARGE_ROUNDS:-$ROUNDS}
+BACKEND=${BACKEND:-bench}
 BASE_PORT=${BASE_PORT:-19000}
 if [ "$SMOKE" = 1 ]; then
   ROUNDS=1 ROUND_DURATION=3s WARMUP=0s CONCURRENCY=4 BENCHMARKS_MD=
@@ -135,9 +137,11 @@ run_live() {
   endpoints=$(printf '127.0.0.1:%s,' "${backend_ports[@]}")
   endpoints=${endpoints%,}
 
-  echo "== starting 4 backends, epp, epp-noop-extproc and 3 Envoys"
-  start "epp-test-backend :$ports_csv" "$WORK/backends.log" \
-    "$BIN_DIR/epp-test-backend" --ports "$ports_csv" --id bench --model bench-model --chunks 4 --chunk-delay-ms 1
+  echo "== starting 4 backends ($BACKEND), epp, epp-noop-extproc and 3 Envoys"
+  local backend_cmd=("$BIN_DIR/epp-bench" backend)
+  [ "$BACKEND" = bench ] || backend_cmd=("$BIN_DIR/epp-test-backend")
+  start "$BACKEND :$ports_csv" "$WORK/backends.log" \
+    "${backend_cmd[@]}" --ports "$ports_csv" --id bench --model bench-model --chunks 4 --chunk-delay-ms 1
   local backend_pid=$LAST_PID
   for port in "${backend_ports[@]}"; do wait_for_port "$port" epp-test-backend "$WORK/backends.log" "$backend_pid"; done
   start "epp :$epp_port" "$WORK/epp.log" "$BIN_DIR/epp" --grpc-port "$epp_port" \
@@ -173,7 +177,7 @@ run_live() {
   stop_all # the micro-benchmarks that may follow get a quiet machine
   {
     machine "Envoy $("$ENVOY" --version 2>/dev/null | grep -o '/[0-9.]*/' | tr -d / | head -1)"
-    echo "Backends: 4 × epp-test-backend (\`--chunks 4 --chunk-delay-ms 1\`), all processes on this one machine."
+    echo "Backends: 4 × \`${backend_cmd[*]##*/} --chunks 4 --chunk-delay-ms 1\`; every process on this one machine."
     echo
     echo "**Small chat prompts** ($PROMPT_TOKENS tokens):"
     echo

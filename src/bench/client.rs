@@ -182,7 +182,9 @@ pub async fn send(target: &Target, index: u64, request: PlannedRequest, run_star
     let e2e = sent.elapsed();
     sample.e2e_ms = millis(e2e);
     match outcome {
-        Err(_) => sample.fail(ErrorKind::Timeout, format!("no complete response within {:?}", target.timeout)),
+        Err(_) => {
+            sample.fail(ErrorKind::Timeout, format!("no complete response within {:?}", target.timeout))
+        }
         Ok(Err((kind, detail))) => sample.fail(kind, detail),
         Ok(Ok(())) => {
             if let Some(ttft) = sample.ttft_ms {

@@ -103,7 +103,8 @@ pub async fn compare(
     for setup in setups {
         let warm = RunOptions { preflight: true, ..quiet };
         let duration = options.warmup.max(Duration::from_millis(1));
-        let workload = Workload { requests: options.warmup.is_zero().then_some(1), ..workload_for(setup, duration) };
+        let workload =
+            Workload { requests: options.warmup.is_zero().then_some(1), ..workload_for(setup, duration) };
         run_with_client(&workload, build_client()?, &warm).await?;
     }
     let mut pools: Vec<Pool> = setups.iter().map(|_| Pool::default()).collect();
@@ -191,10 +192,8 @@ impl Comparison {
         if others.is_empty() {
             return out;
         }
-        let _ = writeln!(
-            out,
-            "\n| ratio | req/s | E2E p50 | E2E p99 | TTFT p50 | TTFT p99 | added E2E p50 ms |"
-        );
+        let _ =
+            writeln!(out, "\n| ratio | req/s | E2E p50 | E2E p99 | TTFT p50 | TTFT p99 | added E2E p50 ms |");
         let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
         let p50 = |s: &SetupResult| s.e2e_ms.map(|l| l.p50);
         let p99 = |s: &SetupResult| s.e2e_ms.map(|l| l.p99);
@@ -226,7 +225,8 @@ mod tests {
     use super::*;
 
     fn result(name: &str, rps: f64, p50: f64) -> SetupResult {
-        let e2e = LatencySummary { count: 10, mean: p50, min: p50, p50, p90: p50, p99: p50 * 2.0, max: p50 * 2.0 };
+        let e2e =
+            LatencySummary { count: 10, mean: p50, min: p50, p50, p90: p50, p99: p50 * 2.0, max: p50 * 2.0 };
         SetupResult {
             name: name.into(),
             url: format!("http://{name}"),
@@ -256,7 +256,11 @@ mod tests {
         let comparison = Comparison {
             load: "concurrency 32 for 10s".into(),
             rounds: 2,
-            setups: vec![result("epp", 90.0, 12.0), result("noop", 100.0, 10.0), result("direct", 120.0, 8.0)],
+            setups: vec![
+                result("epp", 90.0, 12.0),
+                result("noop", 100.0, 10.0),
+                result("direct", 120.0, 8.0),
+            ],
         };
         let md = comparison.to_markdown();
         assert!(md.contains("| epp | 10 | 0 | **90.0** (90, 90) | 2.0 | 12.00 | 24.00 | - | - |"), "{md}");

@@ -20,9 +20,15 @@ pub const MAX_TOKENS: u64 = 1_000_000;
 pub enum Distribution {
     Fixed(u64),
     /// Inclusive on both ends.
-    Uniform { min: u64, max: u64 },
+    Uniform {
+        min: u64,
+        max: u64,
+    },
     /// `mean` is the distribution's mean in tokens; `sigma` the σ of ln(x).
-    LogNormal { mean: f64, sigma: f64 },
+    LogNormal {
+        mean: f64,
+        sigma: f64,
+    },
 }
 
 /// What a workload file may hold: a bare number or the text form.
@@ -128,9 +134,8 @@ impl FromStr for Distribution {
         match kind.trim() {
             "fixed" => Distribution::fixed(parse_count(args, "token count")?),
             "uniform" => {
-                let (min, max) = args
-                    .split_once('-')
-                    .ok_or_else(|| format!("uniform needs MIN-MAX, got {args:?}"))?;
+                let (min, max) =
+                    args.split_once('-').ok_or_else(|| format!("uniform needs MIN-MAX, got {args:?}"))?;
                 let (min, max) = (parse_count(min, "uniform minimum")?, parse_count(max, "uniform maximum")?);
                 if min > max {
                     return Err(format!("uniform minimum {min} is above the maximum {max}"));
@@ -141,7 +146,8 @@ impl FromStr for Distribution {
                 let (mean, sigma) = args
                     .split_once(',')
                     .ok_or_else(|| format!("lognormal needs MEAN,SIGMA, got {args:?}"))?;
-                let (mean, sigma) = (parse_float(mean, "lognormal mean")?, parse_float(sigma, "lognormal sigma")?);
+                let (mean, sigma) =
+                    (parse_float(mean, "lognormal mean")?, parse_float(sigma, "lognormal sigma")?);
                 if mean <= 0.0 || mean > MAX_TOKENS as f64 {
                     return Err(format!("lognormal mean must be in (0, {MAX_TOKENS}], got {mean}"));
                 }
@@ -150,9 +156,9 @@ impl FromStr for Distribution {
                 }
                 Ok(Distribution::LogNormal { mean, sigma })
             }
-            other => Err(format!(
-                "unknown distribution {other:?}: use N, uniform:MIN-MAX or lognormal:MEAN,SIGMA"
-            )),
+            other => {
+                Err(format!("unknown distribution {other:?}: use N, uniform:MIN-MAX or lognormal:MEAN,SIGMA"))
+            }
         }
     }
 }

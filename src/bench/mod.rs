@@ -6,8 +6,10 @@
 //! (what to send; the YAML schema) → [`body`] (each request's body and headers, seeded) → [`runner`]
 //! (preflight, open/closed loop) → [`client`] (one request: timings, error class) with [`sse`] (stream
 //! timing) → [`report`] / [`stats`] / [`svg`] (summaries and charts); [`compare`] runs several setups in
-//! interleaved rounds; [`criterion`] tabulates the micro-benchmarks.
+//! interleaved rounds; [`criterion`] tabulates the micro-benchmarks; [`backend`] is the benchmark's own
+//! minimal model server.
 
+pub mod backend;
 pub mod body;
 pub mod client;
 pub mod compare;

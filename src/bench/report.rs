@@ -93,7 +93,9 @@ pub fn slo_attainment(workload: &Workload, samples: &[Sample]) -> Option<SloAtta
     let meets_tpot = |s: &Sample, slo: f64| s.ok() && s.tpot_ms.is_none_or(|t| t <= slo);
     let count = |f: &dyn Fn(&Sample) -> bool| samples.iter().filter(|s| f(s)).count() as u64;
     let met = count(&|s| {
-        s.ok() && ttft_slo.is_none_or(|slo| meets_ttft(s, slo)) && tpot_slo.is_none_or(|slo| meets_tpot(s, slo))
+        s.ok()
+            && ttft_slo.is_none_or(|slo| meets_ttft(s, slo))
+            && tpot_slo.is_none_or(|slo| meets_tpot(s, slo))
     });
     let requests = samples.len() as u64;
     Some(SloAttainment {
@@ -138,8 +140,11 @@ impl Report {
             errors,
             throughput_rps: ratio(ok.len() as f64, secs).unwrap_or(0.0),
             output_tokens_per_s: ratio(output_tokens as f64, secs).unwrap_or(0.0),
-            mean_request_bytes: ratio(samples.iter().map(|s| s.request_bytes as f64).sum(), samples.len() as f64)
-                .unwrap_or(0.0),
+            mean_request_bytes: ratio(
+                samples.iter().map(|s| s.request_bytes as f64).sum(),
+                samples.len() as f64,
+            )
+            .unwrap_or(0.0),
             ttft_ms: summary_of(&ok, |s| s.ttft_ms),
             tpot_ms: summary_of(&ok, |s| s.tpot_ms),
             itl_ms: itl,

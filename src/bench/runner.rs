@@ -125,7 +125,8 @@ pub async fn run_with_client(
     let start = Instant::now();
     let counters = Arc::new(Counters::default());
     let limit = workload.duration_limit();
-    let shared = Arc::new(Shared { target, factory, start, counters: counters.clone(), samples: Mutex::default() });
+    let shared =
+        Arc::new(Shared { target, factory, start, counters: counters.clone(), samples: Mutex::default() });
     let progress = Progress::start(options.progress, start, limit, workload.requests, counters);
     let deadline = limit.map(|d| start + d);
     match workload.load_shape() {
@@ -179,7 +180,13 @@ fn next_gap(rate: f64, poisson: bool, rng: &mut SmallRng) -> Duration {
     Duration::from_secs_f64(secs.min(3600.0))
 }
 
-async fn open_loop(shared: &Arc<Shared>, workload: &Workload, rate: f64, poisson: bool, deadline: Option<Instant>) {
+async fn open_loop(
+    shared: &Arc<Shared>,
+    workload: &Workload,
+    rate: f64,
+    poisson: bool,
+    deadline: Option<Instant>,
+) {
     let mut rng = SmallRng::seed_from_u64(workload.seed ^ 0x0A11_0CA7_E5EE_D000);
     let turns = u64::from(workload.turns);
     let mut tasks = JoinSet::new();

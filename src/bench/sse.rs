@@ -45,7 +45,8 @@ impl Event {
     /// Whether this event carries generated text (content, completion text or reasoning).
     fn has_content(&self) -> bool {
         self.choices.iter().any(|c| {
-            has_text(&c.text) || c.delta.as_ref().is_some_and(|d| has_text(&d.content) || has_text(&d.reasoning_content))
+            has_text(&c.text)
+                || c.delta.as_ref().is_some_and(|d| has_text(&d.content) || has_text(&d.reasoning_content))
         })
     }
 }

@@ -202,7 +202,11 @@ pub fn latency_timeseries(title: &str, samples: &[Sample], bins: usize) -> Strin
             })
             .collect(),
     };
-    let series = vec![line("E2E p50", &mut e2e, 50.0), line("E2E p99", &mut e2e, 99.0), line("TTFT p50", &mut ttft, 50.0)];
+    let series = vec![
+        line("E2E p50", &mut e2e, 50.0),
+        line("E2E p99", &mut e2e, 99.0),
+        line("TTFT p50", &mut ttft, 50.0),
+    ];
     line_chart(title, "request start (s)", "latency (ms)", &series)
 }
 

@@ -294,7 +294,8 @@ impl Workload {
                 return Err(invalid(field, "must be a positive number of milliseconds"));
             }
         }
-        if let Some(id) = self.fairness_ids.iter().find(|id| id.is_empty() || HeaderValue::from_str(id).is_err())
+        if let Some(id) =
+            self.fairness_ids.iter().find(|id| id.is_empty() || HeaderValue::from_str(id).is_err())
         {
             return Err(invalid("fairness_ids", format!("{id:?} is not a valid header value")));
         }
@@ -398,7 +399,9 @@ mod tests {
         assert!(error_of(Workload { prefix_groups: 2, ..valid() }).contains("--prefix-tokens"));
         assert!(error_of(Workload { turns: 0, ..valid() }).contains("turns"));
         assert!(error_of(Workload { slo_ttft_ms: Some(0.0), ..valid() }).contains("slo_ttft_ms"));
-        assert!(error_of(Workload { output_tokens: Distribution::Fixed(0), ..valid() }).contains("output_tokens"));
+        assert!(
+            error_of(Workload { output_tokens: Distribution::Fixed(0), ..valid() }).contains("output_tokens")
+        );
         assert!(error_of(Workload { fairness_ids: vec!["a\nb".into()], ..valid() }).contains("fairness_ids"));
         assert!(error_of(Workload { url: None, ..valid() }).contains("invalid url"));
         assert!(error_of(Workload { url: Some("ftp://x".into()), ..valid() }).contains("url"));

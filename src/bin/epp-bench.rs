@@ -11,7 +11,9 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{ArgAction, Args, Parser, Subcommand};
-use epp::bench::{self, svg, Api, BenchError, CompareOptions, Distribution, ObjectiveMix, Report, Setup, Workload};
+use epp::bench::{
+    self, svg, Api, BenchError, CompareOptions, Distribution, ObjectiveMix, Report, Setup, Workload,
+};
 
 #[derive(Parser, Debug)]
 #[command(name = "epp-bench", version, about = "Load generator and overhead benchmark for epp")]
@@ -28,6 +30,8 @@ enum Command {
     Compare(CompareArgs),
     /// Print criterion's last results as a Markdown table.
     Criterion(CriterionArgs),
+    /// Serve minimal, fast OpenAI backends (TCP_NODELAY, no JSON parsing) for overhead measurements.
+    Backend(BackendArgs),
 }
 
 /// Workload settings; each overrides the workload file's value.
@@ -171,6 +175,26 @@ struct CriterionArgs {
     since_unix: Option<u64>,
 }
 
+#[derive(Args, Debug)]
+struct BackendArgs {
+    /// Ports, one backend each (0 picks a free one).
+    #[arg(long, value_delimiter = ',', required = true)]
+    ports: Vec<u16>,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: std::net::IpAddr,
+    /// Backend ids (x-backend-id) are <id>-<port>.
+    #[arg(long, default_value = "bench")]
+    id: String,
+    #[arg(long, default_value = "test-model")]
+    model: String,
+    /// Content chunks (= completion tokens) per answer.
+    #[arg(long, default_value_t = 4)]
+    chunks: u32,
+    /// Delay between two streamed chunks.
+    #[arg(long, default_value_t = 1)]
+    chunk_delay_ms: u64,
+}
+
 fn parse_api(s: &str) -> Result<Api, String> {
     s.parse()
 }
@@ -192,7 +216,17 @@ impl WorkloadArgs {
         macro_rules! set {
             ($($field:ident),*) => { $(if let Some(v) = self.$field { w.$field = v; })* };
         }
-        set!(api, model, stream, ignore_eos, prompt_tokens, output_tokens, prefix_groups, prefix_tokens, turns);
+        set!(
+            api,
+            model,
+            stream,
+            ignore_eos,
+            prompt_tokens,
+            output_tokens,
+            prefix_groups,
+            prefix_tokens,
+            turns
+        );
         set!(fairness_ids, backend_header, timeout, seed);
         w.url = self.url.or(w.url);
         w.slo_ttft_ms = self.slo_ttft_ms.or(w.slo_ttft_ms);
@@ -214,7 +248,8 @@ impl WorkloadArgs {
 }
 
 fn write_file(path: &Path, contents: &str) -> Result<(), BenchError> {
-    std::fs::write(path, contents).map_err(|source| BenchError::Write { path: path.display().to_string(), source })
+    std::fs::write(path, contents)
+        .map_err(|source| BenchError::Write { path: path.display().to_string(), source })
 }
 
 fn too_many_errors(max_rate: Option<f64>, requests: u64, ok: u64) -> bool {
@@ -309,6 +344,22 @@ fn criterion(args: CriterionArgs) -> Result<ExitCode, BenchError> {
     Ok(ExitCode::SUCCESS)
 }
 
+async fn backend(args: BackendArgs) -> Result<ExitCode, BenchError> {
+    let addrs: Vec<std::net::SocketAddr> = args.ports.iter().map(|p| (args.host, *p).into()).collect();
+    let options = bench::backend::BackendOptions {
+        model: args.model,
+        chunks: args.chunks,
+        chunk_delay: Duration::from_millis(args.chunk_delay_ms),
+        id_prefix: args.id,
+    };
+    for addr in bench::backend::serve(&addrs, &options).await? {
+        println!("epp-bench backend id={}-{} listening on {addr}", options.id_prefix, addr.port());
+    }
+    // Serve until killed.
+    std::future::pending::<()>().await;
+    Ok(ExitCode::SUCCESS)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -316,6 +367,7 @@ async fn main() -> ExitCode {
         Command::Run(args) => run(args).await,
         Command::Compare(args) => compare(args).await,
         Command::Criterion(args) => criterion(args),
+        Command::Backend(args) => backend(args).await,
     };
     result.unwrap_or_else(|e| {
         eprintln!("epp-bench: {e}");

@@ -110,7 +110,12 @@ async fn send(tx: &Tx, responses: impl IntoIterator<Item = ProcessingResponse>) 
     Ok(())
 }
 
-async fn route(state: &mut StreamState, tx: &Tx, dest: &Destinations, trailers_follow: bool) -> Result<(), Closed> {
+async fn route(
+    state: &mut StreamState,
+    tx: &Tx,
+    dest: &Destinations,
+    trailers_follow: bool,
+) -> Result<(), Closed> {
     state.routed = true;
     let mutation =
         RoutingMutation { destination: dest.pick(), content_length: state.body.len(), ..Default::default() };
@@ -122,7 +127,12 @@ async fn route(state: &mut StreamState, tx: &Tx, dest: &Destinations, trailers_f
     send(tx, responses::streamed_body(&body, !trailers_follow, true)).await
 }
 
-async fn on_message(state: &mut StreamState, m: ProcessingRequest, tx: &Tx, dest: &Destinations) -> Result<(), Closed> {
+async fn on_message(
+    state: &mut StreamState,
+    m: ProcessingRequest,
+    tx: &Tx,
+    dest: &Destinations,
+) -> Result<(), Closed> {
     if !state.modes_known {
         if let Some(pc) = m.protocol_config {
             state.request_mode = body_mode(pc.request_body_mode);
@@ -192,15 +202,18 @@ async fn handle_stream(mut inbound: Streaming<ProcessingRequest>, tx: Tx, dest: 
 #[tokio::main]
 async fn main() -> Result<(), NoopError> {
     let args = Args::parse();
-    let endpoints: Vec<String> = args.endpoint.iter().chain(&args.endpoints).map(ToString::to_string).collect();
+    let endpoints: Vec<String> =
+        args.endpoint.iter().chain(&args.endpoints).map(ToString::to_string).collect();
     if endpoints.is_empty() {
         return Err(NoopError::NoEndpoints);
     }
     let addr = SocketAddr::new(args.bind, args.port);
     println!("epp-noop-extproc listening on {addr}, destinations {}", endpoints.join(","));
-    let service = NoopService { destinations: Arc::new(Destinations { endpoints, next: AtomicUsize::new(0) }) };
-    // Same server settings as epp's ext_proc server.
+    let service =
+        NoopService { destinations: Arc::new(Destinations { endpoints, next: AtomicUsize::new(0) }) };
+    // Same server settings as epp's ext_proc server, TCP_NODELAY included (Nagle would hold answers).
     tonic::transport::Server::builder()
+        .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .max_concurrent_streams(Some(100_000))
