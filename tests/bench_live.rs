@@ -101,3 +101,32 @@ async fn http_errors_are_counted_not_timed() {
     assert_eq!(report.throughput_rps, 0.0);
     assert!(report.to_table().contains("http_503 10"));
 }
+
+#[tokio::test]
+async fn bench_backend_streams_and_counts_in_process() {
+    let options = bench::backend::BackendOptions {
+        model: "m".into(),
+        chunks: 3,
+        chunk_delay: Duration::ZERO,
+        id_prefix: "inproc".into(),
+    };
+    let addrs =
+        bench::backend::serve(&["127.0.0.1:0".parse().expect("addr")], &options).await.expect("serve");
+    for (api, stream) in
+        [(bench::Api::Chat, true), (bench::Api::Completions, true), (bench::Api::Chat, false)]
+    {
+        let w = Workload {
+            url: Some(format!("http://{}", addrs[0])),
+            api,
+            stream,
+            concurrency: Some(3),
+            requests: Some(30),
+            ..Default::default()
+        };
+        let report = Report::new(&w, &bench::run(&w, &RunOptions::default()).await.expect("run"), false);
+        assert_eq!((report.requests, report.ok), (30, 30), "{api:?} stream={stream}: {:?}", report.errors);
+        assert_eq!((report.output_tokens_per_s * report.duration_s).round(), 90.0);
+        assert_eq!(report.ttft_ms.is_some(), stream);
+        assert_eq!(report.backends.get(&format!("inproc-{}", addrs[0].port())), Some(&30));
+    }
+}

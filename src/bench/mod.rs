@@ -15,6 +15,7 @@ pub mod client;
 pub mod compare;
 pub mod criterion;
 pub mod dist;
+pub mod objective;
 pub mod progress;
 pub mod report;
 pub mod runner;
