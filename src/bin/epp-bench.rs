@@ -32,6 +32,8 @@ enum Command {
     Criterion(CriterionArgs),
     /// Serve minimal, fast OpenAI backends (TCP_NODELAY, no JSON parsing) for overhead measurements.
     Backend(BackendArgs),
+    /// Compare routing configs in virtual time: the simulator's engines with epp's real pipeline.
+    Lab(epp::lab::cli::LabArgs),
 }
 
 /// Workload settings; each overrides the workload file's value.
@@ -368,6 +370,21 @@ async fn main() -> ExitCode {
         Command::Compare(args) => compare(args).await,
         Command::Criterion(args) => criterion(args),
         Command::Backend(args) => backend(args).await,
+        Command::Lab(args) => {
+            // The lab is synchronous CPU work: run it off the async runtime.
+            let outcome = tokio::task::spawn_blocking(move || epp::lab::cli::run(args)).await;
+            return match outcome {
+                Ok(Ok(())) => std::process::ExitCode::SUCCESS,
+                Ok(Err(e)) => {
+                    eprintln!("epp-bench lab: {e:#}");
+                    std::process::ExitCode::FAILURE
+                }
+                Err(e) => {
+                    eprintln!("epp-bench lab: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
     };
     result.unwrap_or_else(|e| {
         eprintln!("epp-bench: {e}");

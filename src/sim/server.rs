@@ -12,6 +12,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
+use axum::serve::ListenerExt;
 use axum::Router;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -223,6 +224,10 @@ pub async fn serve(options: ServeOptions) -> Result<Vec<SocketAddr>, SimError> {
         });
         let app = Router::new().fallback(handle).with_state(state);
         tokio::spawn(async move {
+            // Streamed tokens are small writes: without TCP_NODELAY each waits for a delayed ACK (~40 ms).
+            let listener = listener.tap_io(|t| {
+                let _ = t.set_nodelay(true);
+            });
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(%addr, "epp-sim replica stopped: {e}");
             }

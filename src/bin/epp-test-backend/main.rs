@@ -21,6 +21,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
+use axum::serve::ListenerExt;
 use axum::Router;
 use clap::Parser;
 use serde_json::{json, Value};
@@ -270,6 +271,10 @@ async fn main() -> Result<(), BackendError> {
         println!("epp-test-backend id={} listening on {}:{port}", backend.id, args.host);
         let app = Router::new().fallback(handle).with_state(backend.clone());
         servers.spawn(async move {
+            // Streamed chunks are small writes: without TCP_NODELAY each waits for a delayed ACK (~40 ms).
+            let listener = listener.tap_io(|t| {
+                let _ = t.set_nodelay(true);
+            });
             axum::serve(listener, app)
                 .await
                 .map_err(|source| BackendError::Serve { port: backend.port, source })
