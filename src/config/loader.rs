@@ -18,6 +18,9 @@ pub const DEFAULT_CONFIG_YAML: &str = include_str!("default.yaml");
 /// The apiVersions accepted: GIE's and llm-d-router's.
 pub const API_VERSIONS: &[&str] = &["inference.networking.x-k8s.io/v1alpha1", "llm-d.ai/v1alpha1"];
 pub const KIND: &str = "EndpointPickerConfig";
+/// The deprecated environment variable that also turns the `flowControl` gate on (flow-control.md §1.2),
+/// read with Go's `strconv.ParseBool` rules, as the Go EPP's runner does.
+pub const FLOW_CONTROL_ENV: &str = "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER";
 
 /// Loads a config from YAML text. An empty document (nothing but whitespace and comments) means "no
 /// configuration" and yields the default one.
@@ -50,7 +53,12 @@ pub fn load_file(
 fn load_document(text: &str, registry: &Registry, ctx: &FactoryContext) -> Result<LoadedConfig, ConfigError> {
     let raw = parse_document(text)?;
     check_type_meta(&raw)?;
-    let feature_gates = feature_gates(&raw.feature_gates)?;
+    let mut feature_gates = feature_gates(&raw.feature_gates)?;
+    let env_value = std::env::var(FLOW_CONTROL_ENV).ok();
+    if env_enables_flow_control(env_value.as_deref()) && !feature_gates.flow_control {
+        tracing::warn!("config: {FLOW_CONTROL_ENV} is deprecated; use `featureGates: [flowControl]`");
+        feature_gates.flow_control = true;
+    }
     let declared = build_declared(&raw, registry, ctx)?;
     let lookup = |name: &str| -> RefTarget<'_> {
         match declared.iter().find(|d| d.name == name).map(|d| &d.kind) {
@@ -107,6 +115,20 @@ fn check_type_meta(raw: &RawConfig) -> Result<(), ConfigError> {
     match raw.kind.as_deref() {
         None | Some(KIND) => Ok(()),
         Some(other) => Err(ConfigError::invalid("kind", format!("kind {other:?} is not {KIND}"))),
+    }
+}
+
+/// Whether the deprecated variable's value turns flow control on: Go's `ParseBool` true spellings; an
+/// unparsable value is logged and counts as false (Go's `GetEnvBool` falls back to its default).
+fn env_enables_flow_control(value: Option<&str>) -> bool {
+    match value {
+        None => false,
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => true,
+        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => false,
+        Some(other) => {
+            tracing::warn!(value = other, "config: {FLOW_CONTROL_ENV} is not a boolean; ignoring it");
+            false
+        }
     }
 }
 
@@ -177,4 +199,20 @@ fn build_declared(
         declared.push(Declared { name, kind });
     }
     Ok(declared)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::env_enables_flow_control;
+
+    #[test]
+    fn the_deprecated_env_var_reads_like_go_parse_bool() {
+        for on in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert!(env_enables_flow_control(Some(on)), "{on}");
+        }
+        for off in ["0", "f", "F", "FALSE", "false", "False", "yes", "", " true"] {
+            assert!(!env_enables_flow_control(Some(off)), "{off:?}");
+        }
+        assert!(!env_enables_flow_control(None));
+    }
 }

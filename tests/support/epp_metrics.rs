@@ -46,6 +46,25 @@ pub fn metric_sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<
     })
 }
 
+/// The sum of every sample of `name` whose labels include every `(label, value)` in `labels`; `None`
+/// when no sample matches. Series of one family differ in labels a test may not care about.
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let wanted: Vec<String> = labels.iter().map(|(label, value)| format!("{label}=\"{value}\"")).collect();
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let (label_text, value) = match rest.strip_prefix('{') {
+                Some(rest) => rest.split_once('}')?,
+                None if rest.starts_with(' ') => ("", rest),
+                None => return None,
+            };
+            wanted.iter().all(|w| label_text.contains(w.as_str())).then_some(())?;
+            value.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .fold(None, |sum, value| Some(sum.unwrap_or(0.0) + value))
+}
+
 /// Polls `ready` (async) until it returns true or `deadline` passes; returns whether it became true.
 /// The async twin of [`super::wait_until`], for use inside `#[tokio::test]` without blocking the runtime.
 pub async fn wait_until_async<F, Fut>(deadline: Duration, mut ready: F) -> bool

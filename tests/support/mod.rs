@@ -9,13 +9,16 @@
 //! Use from `tests/<name>.rs` with `mod support;` and `use support::*;`. Layout: this file (processes,
 //! ports, epp-test-backend, epp), [`envoy`] (binary lookup, templates, start), [`http`] (async client and
 //! backend admin/debug helpers), [`epp_metrics`] (epp's /metrics, waiting for scrapes), [`stack`]
-//! (backends + epp + Envoy in one call). Each test crate uses a different subset, hence the `dead_code`
+//! (backends + epp + Envoy in one call), [`held_backend`] (model servers that hold requests until the test
+//! releases them), [`prometheus`] (a real Prometheus scraping the stack, queried with PromQL). Each test crate uses a different subset, hence the `dead_code`
 //! allowance.
 #![allow(dead_code)]
 
 pub mod envoy;
 pub mod epp_metrics;
+pub mod held_backend;
 pub mod http;
+pub mod prometheus;
 pub mod stack;
 
 use std::collections::HashSet;
@@ -32,7 +35,7 @@ pub use envoy::*;
 pub use epp_metrics::*;
 pub use http::*;
 #[allow(unused_imports)] // used by the e2e tests through epp
-pub use stack::{start_stack, start_stack_with_envoy_vars, Stack};
+pub use stack::{start_epp_behind_envoy, start_stack, start_stack_with_envoy_vars, EppBehindEnvoy, Stack};
 
 /// How long a process may take to become ready. Generous on purpose: CI machines are slow and cold.
 pub const STARTUP_DEADLINE: Duration = Duration::from_secs(90);
@@ -258,6 +261,12 @@ pub struct Epp {
 
 /// Starts epp with exactly `args` and waits until the port given by `--grpc-port` accepts.
 pub fn start_epp(args: &[String]) -> ChildGuard {
+    start_epp_with_env(args, &[])
+}
+
+/// [`start_epp`] with extra environment variables (e.g. the deprecated
+/// `ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER`).
+pub fn start_epp_with_env(args: &[String], env: &[(&str, &str)]) -> ChildGuard {
     let grpc_port = flag_value(args, "--grpc-port")
         .and_then(|port| port.parse::<u16>().ok())
         .expect("start_epp needs --grpc-port N");
@@ -265,6 +274,7 @@ pub fn start_epp(args: &[String]) -> ChildGuard {
     // epp reads its log filter from EPP_LOG (not RUST_LOG), inherited from the test's environment:
     // `EPP_LOG=debug cargo test …` shows every scheduling decision in a failing test's log tail.
     command.args(args).env("NO_COLOR", "1");
+    command.envs(env.iter().copied());
     let mut child = ChildGuard::spawn("epp", command, temp_dir("epp-"));
     child.wait_for_port(grpc_port);
     child
@@ -273,6 +283,11 @@ pub fn start_epp(args: &[String]) -> ChildGuard {
 /// Starts epp on fresh ports, plaintext, scraping every 50ms, with `endpoints` (`ip:port,…`) and
 /// `extra_args` appended (e.g. `["--config-file", path]`).
 pub fn start_epp_for(endpoints: &str, extra_args: &[&str]) -> Epp {
+    start_epp_for_with_env(endpoints, extra_args, &[])
+}
+
+/// [`start_epp_for`] with extra environment variables.
+pub fn start_epp_for_with_env(endpoints: &str, extra_args: &[&str], env: &[(&str, &str)]) -> Epp {
     let (grpc_port, health_port, metrics_port) = (free_port(), free_port(), free_port());
     let mut args: Vec<String> = [
         "--grpc-port",
@@ -291,7 +306,7 @@ pub fn start_epp_for(endpoints: &str, extra_args: &[&str]) -> Epp {
     .map(|arg| arg.to_string())
     .collect();
     args.extend(extra_args.iter().map(|arg| arg.to_string()));
-    let child = start_epp(&args);
+    let child = start_epp_with_env(&args, env);
     Epp { child, grpc_port, health_port, metrics_port }
 }
 

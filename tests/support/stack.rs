@@ -51,3 +51,34 @@ pub fn start_stack_with_envoy_vars(
     let envoy = start_envoy_on_free_ports(template, &vars);
     Some(Stack { envoy, epp, backends })
 }
+
+/// epp and Envoy in front of it, for backends the test runs itself (e.g. [`super::held_backend`]).
+/// Fields drop in order: Envoy first, then epp.
+pub struct EppBehindEnvoy {
+    pub envoy: Envoy,
+    pub epp: Epp,
+}
+
+impl EppBehindEnvoy {
+    /// `http://127.0.0.1:<envoy listen port><path>`.
+    pub fn url(&self, path: &str) -> String {
+        self.envoy.url(path)
+    }
+}
+
+/// Starts epp for `endpoints` (`ip:port,…`, plus `epp_args`) and Envoy from `template` pointed at it
+/// (plus `envoy_vars`). Returns `None` (test skipped) when Envoy is not installed and this is not CI.
+pub fn start_epp_behind_envoy(
+    test_name: &str,
+    template: &str,
+    endpoints: &str,
+    epp_args: &[&str],
+    envoy_vars: &[(&str, &str)],
+) -> Option<EppBehindEnvoy> {
+    envoy_or_skip(test_name)?;
+    let epp = start_epp_for(endpoints, epp_args);
+    let mut vars = vec![("EXTPROC_PORT", epp.grpc_port.to_string())];
+    vars.extend(envoy_vars.iter().map(|(name, value)| (*name, value.to_string())));
+    let envoy = start_envoy_on_free_ports(template, &vars);
+    Some(EppBehindEnvoy { envoy, epp })
+}

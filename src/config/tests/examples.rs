@@ -14,6 +14,7 @@ const MUST_LOAD: &[&str] = &[
     "conformance.yaml",
     "weighted-random.yaml",
     "static-endpoints.yaml",
+    "flow-control-autoscaling.yaml",
 ];
 
 /// Examples using plugins epp may not implement: they load, or fail only with "unknown type".
