@@ -246,15 +246,6 @@ fn stale_endpoints_are_counted() {
     assert_eq!(lenient.stale_endpoints(&c, now), 1);
 }
 
-#[test]
-fn pending_load_is_ignored() {
-    let now = Instant::now();
-    let c = fresh_candidates(now, &[(1, 0.0)]);
-    let pending = crate::flowcontrol::PendingLoad { requests: 100, tokens: 1_000_000 };
-    let d = defaults();
-    assert_eq!(d.saturation_with_pending(&c, now, pending), d.saturation(&c, now));
-}
-
 // ---- filter ----
 
 #[test]
