@@ -19,7 +19,9 @@ async fn health_serves_liveness_readiness_and_the_ext_proc_name() {
     let epp = start_epp(&[server.addr], &[]).await;
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", epp.health_addr)).unwrap();
     let mut client = HealthClient::new(channel.connect().await.unwrap());
-    for service in ["liveness", "readiness", "", "envoy.service.ext_proc.v3.ExternalProcessor"] {
+    for service in
+        ["liveness", "readiness", "", "envoy.service.ext_proc.v3.ExternalProcessor", "inference-extension"]
+    {
         let r = client.check(HealthCheckRequest { service: service.into() }).await.unwrap().into_inner();
         assert_eq!(r.status, ServingStatus::Serving as i32, "service {service:?}");
     }

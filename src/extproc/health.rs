@@ -5,7 +5,9 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 /// Service names the health server answers for readiness.
-pub const READINESS_SERVICES: &[&str] = &["readiness", "", "envoy.service.ext_proc.v3.ExternalProcessor"];
+/// `inference-extension` is what the Go EPP's Helm chart probes, so epp's image works under that chart too.
+pub const READINESS_SERVICES: &[&str] =
+    &["readiness", "", "envoy.service.ext_proc.v3.ExternalProcessor", "inference-extension"];
 
 /// Sets liveness serving and readiness to `ready`.
 pub async fn set_ready(reporter: &HealthReporter, ready: bool) {
