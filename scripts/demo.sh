@@ -101,12 +101,7 @@ echo "   queue-scorer 2 + kv-cache-utilization-scorer 2 + prefix-cache-scorer 3,
 PIDS+=($!)
 wait_for_port "$EXTPROC_PORT" epp "$WORK/epp.log" "${PIDS[1]}"
 wait_for_port "$METRICS_PORT" epp "$WORK/epp.log" "${PIDS[1]}"
-# epp routes on what it has scraped: wait until its own /metrics lists every replica.
-for _ in $(seq 1 100); do
-  metrics=$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" || true)
-  [ "$(grep -c '^inference_pool_per_pod_queue_size{' <<<"$metrics")" -ge 4 ] && break
-  sleep 0.1
-done
+sleep 0.5 # epp scrapes every replica (every 50 ms) before the first request
 
 echo "== starting Envoy (full duplex ext_proc) on :$LISTEN_PORT"
 LISTEN_PORT=$LISTEN_PORT ADMIN_PORT=$ADMIN_PORT EXTPROC_PORT=$EXTPROC_PORT \

@@ -141,17 +141,6 @@ start() { # logfile command...
   LAST_PID=$!
 }
 
-# epp routes on what it has scraped: wait until its /metrics lists every replica.
-wait_for_scrape() { # logfile
-  local metrics
-  for _ in $(seq 1 100); do
-    metrics=$(curl -sf "http://127.0.0.1:$EPP_METRICS_PORT/metrics" || true)
-    [ "$(grep -c '^inference_pool_per_pod_queue_size{' <<<"$metrics")" -ge 4 ] && return 0
-    sleep 0.1
-  done
-  fail "epp has not scraped the fleet" "$1"
-}
-
 # Prefix-cache hits and queries summed over the fleet (vLLM counters on each replica's /metrics).
 fleet_prefix_counters() {
   local port
@@ -174,13 +163,13 @@ run_live() { # round setup
       scripts/render-envoy-config.sh deploy/envoy/envoy-direct-pool.yaml >"$WORK/envoy.yaml"
   else
     local config=()
-    [ "$setup" = random ] && config=(--config-file "$RANDOM_CONFIG")
+    if [ "$setup" = random ]; then config=(--config-file "$RANDOM_CONFIG"); fi
     start "$WORK/epp.log" "$BIN_DIR/epp" --grpc-port "$EPP_PORT" --grpc-health-port $((BASE_PORT + 11)) \
       --metrics-port "$EPP_METRICS_PORT" --endpoints "$endpoints" --secure-serving=false --pool-name live \
       --refresh-metrics-interval "${SCRAPE_MS}ms" --log-level warn "${config[@]}"
     wait_for_port "$EPP_PORT" epp "$WORK/epp.log" "$LAST_PID"
     wait_for_port "$EPP_METRICS_PORT" epp "$WORK/epp.log" "$LAST_PID"
-    wait_for_scrape "$WORK/epp.log"
+    sleep 0.5 # epp scrapes every replica (every SCRAPE_MS) before the first request
     LISTEN_PORT=$LISTEN_PORT ADMIN_PORT=$ADMIN_PORT EXTPROC_PORT=$EPP_PORT \
       scripts/render-envoy-config.sh deploy/envoy/envoy-full-duplex.yaml >"$WORK/envoy.yaml"
   fi
@@ -211,13 +200,13 @@ lag_warnings=$(cat "$OUT_DIR"/sim-*.log | grep -c 'cannot keep up' || true)
 lab_baselines=()
 for setup in $SETUPS; do [ "$setup" = random ] || lab_baselines+=("$setup"); done
 lab_args=(--fleet "$FLEET" --workload "$LAB_WORKLOAD" --duration "${DURATION}s")
-[[ " $SETUPS " == *" random "* ]] && lab_args+=(--config "$RANDOM_CONFIG")
+if [[ " $SETUPS " == *" random "* ]]; then lab_args+=(--config "$RANDOM_CONFIG"); fi
 [ ${#lab_baselines[@]} -eq 0 ] || lab_args+=(--baselines "$(IFS=,; echo "${lab_baselines[*]}")")
 echo "== lab: $LAB_ROUNDS cold runs of ${DURATION} s (seeds 1..$LAB_ROUNDS): epp-bench lab ${lab_args[*]} --seed N"
 for round in $(seq 1 "$LAB_ROUNDS"); do
   "$BIN_DIR/epp-bench" lab "${lab_args[@]}" --seed "$round" --json "$OUT_DIR/lab-r$round.json" >"$WORK/lab.txt" \
     2>"$WORK/lab.err" || fail "the lab failed" "$WORK/lab.err"
-  [ "$round" = 1 ] && cp "$WORK/lab.txt" "$OUT_DIR/lab-r1.txt"
+  if [ "$round" = 1 ]; then cp "$WORK/lab.txt" "$OUT_DIR/lab-r1.txt"; fi
 done
 
 machine() {
@@ -232,7 +221,7 @@ machine() {
   machine
   echo
   python3 - "$OUT_DIR" <<PY
-import glob, json, os, sys
+import json, sys
 
 out = sys.argv[1]
 setups = "$SETUPS".split()
