@@ -182,16 +182,15 @@ impl Director {
             estimated_tokens,
             now: Instant::now(),
         };
-        // Only sheddable requests can be shed: skip building the candidate list for everything else.
-        if flow_ticket.is_none() && labels.priority < 0 {
-            let candidates: Vec<Candidate> = located.iter().cloned().map(Candidate::new).collect();
-            self.admission.admit(&sreq, &candidates).await.map_err(fail)?;
-        }
-
-        // Admission may have waited: schedule on fresh telemetry.
+        // Flow control (above) may have waited, so the candidates' telemetry is loaded only now, once, and
+        // serves both legacy shedding and scheduling.
         let processing_started = Instant::now();
         sreq.now = processing_started;
         let mut candidates: Vec<Candidate> = located.into_iter().map(Candidate::new).collect();
+        // Only sheddable requests can be shed (legacy mode; flow control queued them instead).
+        if flow_ticket.is_none() && labels.priority < 0 {
+            self.admission.admit(&sreq, &candidates).await.map_err(fail)?;
+        }
         self.pipeline.prepare(&sreq, &mut candidates, self.observer.as_ref());
         if let Err((id, reason)) = self.pipeline.admit(&sreq, &candidates, self.observer.as_ref()) {
             return Err(fail(RequestError::internal(format!(
