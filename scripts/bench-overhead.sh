@@ -7,7 +7,7 @@
 # Results go to $OUT_DIR and, unless BENCHMARKS_MD is empty, into BENCHMARKS.md between its markers.
 #
 #   usage: scripts/bench-overhead.sh [all|live|micro]   (make bench = all; make bench-smoke = SMOKE=1 live)
-#   needs: cargo build --release --bins (PROFILE=debug: target/debug), make envoy (or ENVOY_BIN)
+#   needs: cargo build --release --workspace --bins (PROFILE=debug: target/debug), make envoy (or ENVOY_BIN)
 #   env:   ROUNDS (3), ROUND_DURATION (10s), WARMUP (2s), CONCURRENCY (32), PROMPT_TOKENS (200),
 #          LARGE_PROMPT_TOKENS (36000, ~220 KB bodies), LARGE_ROUNDS (=ROUNDS), BASE_PORT (19000: uses
 #          +1..+4, +10..+12, +20, +31..+33, +41..+43), SMOKE=1 (one 3 s round, small prompts, no
@@ -125,7 +125,7 @@ start_envoy() { # name template listen admin [VAR=value ...]
 run_live() {
   ENVOY=$(find_envoy)
   for tool in "$BIN_DIR/epp" "$BIN_DIR/epp-test-backend" "$BIN_DIR/epp-noop-extproc" "$BIN_DIR/epp-bench" "$ENVOY"; do
-    [ -x "$tool" ] || { echo "bench: $tool missing (cargo build [--release] --bins; make envoy)" >&2; exit 1; }
+    [ -x "$tool" ] || { echo "bench: $tool missing (cargo build --workspace [--release] --bins; make envoy)" >&2; exit 1; }
   done
   WORK=$(mktemp -d)
   local backend_ports=($((BASE_PORT + 1)) $((BASE_PORT + 2)) $((BASE_PORT + 3)) $((BASE_PORT + 4)))

@@ -1,16 +1,14 @@
-#!/usr/bin/env bash
-# Demo: epp routing a heterogeneous fleet, live and in the lab.
-#   1. Live: epp-sim runs 2 simulated H100s and 2 simulated L4s (vLLM-like latency, prefix caches,
-#      vLLM /metrics) behind Envoy (full-duplex ext_proc) and epp (default profile). epp-bench sends
-#      Poisson traffic whose requests share 12 system prompts, then the demo shows where requests went
-#      (per replica: GPU, share, prefix-cache hit rate) and the latency table.
-#   2. Lab: the same fleet and workload in virtual time (lab/fleet-live.yaml, lab/workload-live.yaml),
-#      routed by random, round-robin and the default profile side by side.
-# Everything started here is stopped on exit; the exit status is 0 when every live request succeeded.
-#   usage: make demo   (or scripts/demo.sh after `cargo build --release --bins` and `make envoy`)
-#   env:   DEMO_DURATION (25s), RATE (10 req/s, live part only), LAB_DURATION (2m, virtual), PROFILE (release;
-#          debug for make demo-smoke), BASE_PORT (18000: uses BASE_PORT+1..+4, +10..+12, +80, +99), ENVOY_BIN,
-#          KEEP_LOGS=1 (keep the logs directory and print where it is)
+# !/usr/bin/env bash Demo: epp routing a heterogeneous fleet, live and in the lab. 1. Live: epp-sim runs 2
+# simulated H100s and 2 simulated L4s (vLLM-like latency, prefix caches, vLLM /metrics) behind Envoy
+# (full-duplex ext_proc) and epp (default profile). epp-bench sends Poisson traffic whose requests share 12
+# system prompts, then the demo shows where requests went (per replica: GPU, share, prefix-cache hit rate) and
+# the latency table. 2. Lab: the same fleet and workload in virtual time (crates/lab/inputs/fleet-live.yaml,
+# crates/lab/inputs/workload-live.yaml), routed by random, round-robin and the default profile side by side.
+# Everything started here is stopped on exit; the exit status is 0 when every live request succeeded. usage:
+# make demo   (or scripts/demo.sh after `cargo build --release --workspace --bins` and `make envoy`) env:
+# DEMO_DURATION (25s), RATE (10 req/s, live part only), LAB_DURATION (2m, virtual), PROFILE (release; debug
+# for make demo-smoke), BASE_PORT (18000: uses BASE_PORT+1..+4, +10..+12, +80, +99), ENVOY_BIN, KEEP_LOGS=1
+# (keep the logs directory and print where it is)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -41,7 +39,7 @@ find_envoy() {
 ENVOY=${ENVOY_BIN:-$(find_envoy)}
 
 for tool in "$BIN_DIR/epp" "$BIN_DIR/epp-sim" "$BIN_DIR/epp-bench" "$ENVOY"; do
-  [ -x "$tool" ] || { echo "demo: $tool missing (run: cargo build --release --bins; make envoy)" >&2; exit 1; }
+  [ -x "$tool" ] || { echo "demo: $tool missing (run: cargo build --release --workspace --bins; make envoy)" >&2; exit 1; }
 done
 for tool in curl python3; do
   command -v "$tool" >/dev/null || { echo "demo: $tool is required" >&2; exit 1; }
@@ -149,9 +147,9 @@ PY
 
 echo
 echo "================ 2. lab: the same fleet and workload in virtual time, three routers side by side"
-echo "== epp-bench lab --fleet lab/fleet-live.yaml --workload lab/workload-live.yaml --duration $LAB_DURATION \\"
+echo "== epp-bench lab --fleet crates/lab/inputs/fleet-live.yaml --workload crates/lab/inputs/workload-live.yaml --duration $LAB_DURATION \\"
 echo "     --baselines random,round-robin,default"
-"$BIN_DIR/epp-bench" lab --fleet lab/fleet-live.yaml --workload lab/workload-live.yaml --duration "$LAB_DURATION" \
+"$BIN_DIR/epp-bench" lab --fleet crates/lab/inputs/fleet-live.yaml --workload crates/lab/inputs/workload-live.yaml --duration "$LAB_DURATION" \
   --baselines random,round-robin,default 2>"$WORK/lab.err" || fail "the lab failed" "$WORK/lab.err"
 sed 's/^/(/; s/$/)/' "$WORK/lab.err"
 echo

@@ -2,7 +2,7 @@
 # Renders an Envoy bootstrap template from deploy/envoy/ to stdout: each `${NAME}` takes the environment
 # variable NAME, each `${NAME:-default}` takes NAME or else the default. Comment lines are left as they are
 # (they document the placeholders). Fails if a placeholder has neither a value nor a default.
-# Same rules as tests/support::render_template.
+# Same rules as crates/testkit::render_template.
 #   usage: LISTEN_PORT=8080 ADMIN_PORT=9901 EXTPROC_PORT=9002 scripts/render-envoy-config.sh deploy/envoy/envoy-full-duplex.yaml
 set -euo pipefail
 

@@ -16,8 +16,9 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::cli::Cli;
 use crate::config::{self, LoadedConfig};
+use crate::datastore::SubsetMatch;
 use crate::datastore::{Datastore, Endpoint};
-use crate::director::{Director, DirectorOptions, RewriteRule, SubsetMatch};
+use crate::director::{Director, DirectorOptions, RewriteRule};
 use crate::extproc::{health, tls, ExtProcService, StreamLimits};
 use crate::flowcontrol::{
     Admission, FlowController, FlowControllerParts, ObservedEndpointsDetector, SaturationDetector,

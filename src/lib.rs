@@ -7,7 +7,7 @@
 //! registry) and [`config`] (the EndpointPickerConfig loader).
 
 pub mod app;
-pub mod bench;
+
 pub mod cli;
 pub mod config;
 pub mod datastore;
@@ -15,9 +15,10 @@ pub mod director;
 pub mod error;
 pub mod extproc;
 pub mod flowcontrol;
-pub mod lab;
+
 pub mod metrics;
 pub mod request;
 pub mod scheduling;
-pub mod sim;
+
 pub mod telemetry;
+pub mod wire;

@@ -1,13 +1,11 @@
-//! End-to-end tests through a real Envoy (installed by `make envoy`; see tests/support).
+//! End-to-end tests through a real Envoy (installed by `make envoy`; see crates/testkit).
 //!
 //! Layout: harness checks first (templates render and validate, Envoy routes to epp-test-backend with no
-//! epp involved), then the e2e tests through epp, which use [`support::start_stack`]. Without Envoy the
+//! epp involved), then the e2e tests through epp, which use [`epp_testkit::start_stack`]. Without Envoy the
 //! tests print `SKIP` and pass, except under `CI=true`, where they fail.
 
-mod support;
-
+use epp_testkit::*;
 use serde_json::json;
-use support::*;
 
 const TEMPLATES: [&str; 3] = ["envoy-full-duplex.yaml", "envoy-buffered.yaml", "envoy-direct.yaml"];
 

@@ -1,5 +1,5 @@
 //! End-to-end tests of epp through a real Envoy: client → Envoy (ext_proc) → epp → Envoy's ORIGINAL_DST
-//! cluster → epp-test-backend. Each test starts its own stack on free ports (see tests/support).
+//! cluster → epp-test-backend. Each test starts its own stack on free ports (see crates/testkit).
 //!
 //! Why through Envoy and not only over loopback gRPC: Envoy decides what epp's answers mean (which header
 //! mutations it accepts in which body mode, what it does to Content-Length, whether it streams), and those
@@ -8,9 +8,8 @@
 //!
 //! Layout: this file holds the shared fixtures; `e2e_epp/routing.rs` the load-following, control-header and
 //! header-only routing tests; `e2e_epp/body.rs` body forwarding, rewrites, errors and SSE streaming;
-//! `e2e_epp/lifecycle.rs` epp's request metrics after completed, abandoned and failed requests. Without Envoy the tests print `SKIP` and pass, except under `CI=true`.
-
-mod support;
+//! `e2e_epp/lifecycle.rs` epp's request metrics after completed, abandoned and failed requests. Without Envoy
+//! the tests print `SKIP` and pass, except under `CI=true`.
 
 #[path = "e2e_epp/body.rs"]
 mod body;
@@ -19,8 +18,8 @@ mod lifecycle;
 #[path = "e2e_epp/routing.rs"]
 mod routing;
 
+use epp_testkit::*;
 use serde_json::{json, Value};
-use support::*;
 
 pub const FULL_DUPLEX: &str = "envoy-full-duplex.yaml";
 pub const BUFFERED: &str = "envoy-buffered.yaml";

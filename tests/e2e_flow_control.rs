@@ -2,7 +2,7 @@
 //! loopback: client → Envoy (ext_proc, full duplex) → epp → held backends, with a real Prometheus for the
 //! KEDA queries.
 //!
-//! Why held backends (tests/support/held_backend.rs): saturation here is deterministic. epp's
+//! Why held backends (crates/testkit/src/held_backend.rs): saturation here is deterministic. epp's
 //! `concurrency-detector` counts the requests epp itself has in flight, and the backends hold every
 //! request carrying `x-test-hold` until the test releases it, so "the pool is full" lasts exactly as long
 //! as the test needs and each release frees exactly one slot. Nothing asserts timing: every wait polls
@@ -15,8 +15,6 @@
 //! Prometheus during and after the load. Without Envoy (or Prometheus, for the KEDA test) the tests print
 //! `SKIP` and pass, except under `CI=true`.
 
-mod support;
-
 #[path = "e2e_flow_control/keda.rs"]
 mod keda;
 #[path = "e2e_flow_control/legacy.rs"]
@@ -24,9 +22,9 @@ mod legacy;
 #[path = "e2e_flow_control/queueing.rs"]
 mod queueing;
 
+use epp_testkit::held_backend::{HeldBackends, HOLD_HEADER};
+use epp_testkit::*;
 use serde_json::json;
-use support::held_backend::{HeldBackends, HOLD_HEADER};
-use support::*;
 use tokio::task::JoinHandle;
 
 pub const FULL_DUPLEX: &str = "envoy-full-duplex.yaml";

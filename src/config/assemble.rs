@@ -1,7 +1,8 @@
 //! Turns the declared plugins and `schedulingProfiles` into a [`Pipeline`], applying the Go loader's
-//! defaulting rules (config.md §4): a default profile when none is given, a default picker per profile,
-//! `single-profile-handler` for a single profile, default producers for consumed data, and the default
-//! saturation detector.
+//! defaulting rules (upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/config/loader/defaults.go): a default profile when
+//! none is given, a default picker per profile, `single-profile-handler` for a single profile, default
+//! producers for consumed data, and the default saturation detector.
 
 use std::collections::HashSet;
 use std::sync::Arc;

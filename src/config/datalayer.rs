@@ -24,7 +24,8 @@ pub enum MetricsScheme {
     Https,
 }
 
-/// How endpoints' metrics are scraped (`metrics-data-source` parameters, model-servers.md).
+/// How endpoints' metrics are scraped (`metrics-data-source` parameters,
+/// kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/datalayer/source/metrics/datasource.go).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataSourceConfig {
     pub scheme: MetricsScheme,

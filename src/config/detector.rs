@@ -1,9 +1,11 @@
-//! `saturationDetector` (config.md §4 rule 8): the plugin whose saturation gradient gates admission and
-//! flow control. It must name a declared plugin with a saturation-detector role; when the section is
-//! absent, a `utilization-detector` with default parameters is added, so a loaded config always has one.
+//! `saturationDetector` (upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/config/loader/defaults.go): the plugin whose
+//! saturation gradient gates admission and flow control. It must name a declared plugin with a
+//! saturation-detector role; when the section is absent, a `utilization-detector` with default parameters is
+//! added, so a loaded config always has one.
 //!
 //! The added detector is not put in any scheduling profile: like a declared detector that is only named
-//! here (config.md pitfall 9), it gates admission but filters no endpoints.
+//! here (README.md, "Saturation detectors and flow control"), it gates admission but filters no endpoints.
 
 use super::assemble::Instances;
 use super::datalayer::wrong_ref;

@@ -33,7 +33,8 @@ pub struct ModelRewrite {
     pub targets: Vec<RewriteTarget>,
 }
 
-/// The constants of the simple token estimator (plugins.md §5.4).
+/// The constants of the simple token estimator
+/// (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/requestcontrol/dataproducer/inflightload/token_estimator.go).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TokenEstimatorConfig {
     pub characters_per_token: f64,

@@ -1,12 +1,13 @@
 //! The `flowControl` block and the flow-control policy plugins, resolved into typed settings with the
-//! defaults of flow-control.md §2.2 applied, so the flow-control layer never sees names or quantities.
+//! defaults of upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/flowcontrol/registry/config.go applied, so the
+//! flow-control layer never sees names or quantities.
 //!
 //! Policy references (`orderingPolicyRef`, `fairnessPolicyRef`, `usageLimitPolicyPluginRef`) name declared
 //! plugins; the three default policies (`fcfs-ordering-policy`, `global-strict-fairness-policy`,
 //! `static-usage-limit-policy`) are always available, as the Go loader always registers them.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -14,6 +15,9 @@ use super::datalayer::wrong_ref;
 use super::local::{LocalPlugin, RefTarget};
 use super::schema::{RawFlowControl, RawPriorityBand};
 use super::ConfigError;
+use crate::flowcontrol::settings::{
+    FairnessPolicy, FlowControlConfig, OrderingPolicy, PriorityBand, UsageLimitPolicy,
+};
 use crate::scheduling::{parse_params, PluginError};
 
 pub(crate) const FCFS: &str = "fcfs-ordering-policy";
@@ -22,76 +26,6 @@ pub(crate) const SLO_DEADLINE: &str = "slo-deadline-ordering-policy";
 pub(crate) const GLOBAL_STRICT: &str = "global-strict-fairness-policy";
 pub(crate) const ROUND_ROBIN: &str = "round-robin-fairness-policy";
 pub(crate) const STATIC_USAGE_LIMIT: &str = "static-usage-limit-policy";
-
-/// Per-band byte capacity when none is configured (1 GB).
-pub const DEFAULT_BAND_MAX_BYTES: u64 = 1_000_000_000;
-
-/// Which item inside a flow goes next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OrderingPolicy {
-    /// By enqueue time (the default).
-    #[default]
-    Fcfs,
-    /// Earliest deadline (enqueue time + TTL) first.
-    Edf,
-    /// Deadline = received time + the `x-slo-ttft-ms` header.
-    SloDeadline,
-}
-
-/// Which flow inside a band goes next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FairnessPolicy {
-    /// One global order across the band's flows (the default).
-    #[default]
-    GlobalStrict,
-    RoundRobin,
-}
-
-/// The saturation ceiling per band: a constant threshold (`static-usage-limit-policy`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct UsageLimitPolicy {
-    pub threshold: f64,
-}
-
-impl Default for UsageLimitPolicy {
-    fn default() -> Self {
-        Self { threshold: 1.0 }
-    }
-}
-
-/// One priority band's limits and policies. 0 for a limit means unlimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PriorityBand {
-    pub max_bytes: u64,
-    pub max_requests: u64,
-    pub ordering: OrderingPolicy,
-    pub fairness: FairnessPolicy,
-}
-
-impl Default for PriorityBand {
-    fn default() -> Self {
-        Self {
-            max_bytes: DEFAULT_BAND_MAX_BYTES,
-            max_requests: 0,
-            ordering: OrderingPolicy::default(),
-            fairness: FairnessPolicy::default(),
-        }
-    }
-}
-
-/// The flow-control layer's settings. Limits of 0 mean unlimited.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct FlowControlConfig {
-    pub max_bytes: u64,
-    pub max_requests: u64,
-    /// `None` (omitted or 0): only the client's context bounds the wait.
-    pub default_request_ttl: Option<Duration>,
-    /// The template for priorities not listed in `priority_bands`.
-    pub default_priority_band: PriorityBand,
-    /// Explicit bands by priority. A field a band leaves out takes the system default, not the template's.
-    pub priority_bands: BTreeMap<i32, PriorityBand>,
-    pub usage_limit: UsageLimitPolicy,
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

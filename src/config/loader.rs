@@ -12,14 +12,16 @@ use super::schema::{parse_document, RawConfig};
 use super::{datalayer, flow_control, ConfigError, FeatureGates, LoadedConfig};
 use crate::scheduling::{FactoryContext, Registry};
 
-/// The configuration used when none is given (config.md §5).
+/// The configuration used when none is given (upstream
+/// kubernetes-sigs/gateway-api-inference-extension:pkg/epp/config/loader/defaults.go).
 pub const DEFAULT_CONFIG_YAML: &str = include_str!("default.yaml");
 
 /// The apiVersions accepted: GIE's and llm-d-router's.
 pub const API_VERSIONS: &[&str] = &["inference.networking.x-k8s.io/v1alpha1", "llm-d.ai/v1alpha1"];
 pub const KIND: &str = "EndpointPickerConfig";
-/// The deprecated environment variable that also turns the `flowControl` gate on (flow-control.md §1.2),
-/// read with Go's `strconv.ParseBool` rules, as the Go EPP's runner does.
+/// The deprecated environment variable that also turns the `flowControl` gate on (upstream
+/// kubernetes-sigs/gateway-api-inference-extension:cmd/epp/runner/runner.go), read with Go's
+/// `strconv.ParseBool` rules, as the Go EPP's runner does.
 pub const FLOW_CONTROL_ENV: &str = "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER";
 
 /// Loads a config from YAML text. An empty document (nothing but whitespace and comments) means "no

@@ -6,8 +6,9 @@
 //! [`Registry`]: crate::scheduling::Registry
 
 use super::datalayer::{self, DataSourceConfig, ParserKind};
-use super::flow_control::{self, FairnessPolicy, OrderingPolicy, UsageLimitPolicy};
+use super::flow_control;
 use super::ConfigError;
+use crate::flowcontrol::{FairnessPolicy, OrderingPolicy, UsageLimitPolicy};
 
 /// A declared plugin the loader handles itself.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,7 +1,8 @@
 //! The EndpointPickerConfig loader.
 //!
 //! epp reads the Go EPP's YAML unchanged (both `inference.networking.x-k8s.io/v1alpha1` and
-//! `llm-d.ai/v1alpha1`) and applies the same defaulting rules (config.md §4), with one deliberate
+//! `llm-d.ai/v1alpha1`) and applies the same defaulting rules (upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/config/loader/defaults.go), with one deliberate
 //! difference: plugin parameters are decoded strictly, so a misspelt or ill-typed parameter stops startup
 //! with an error naming the plugin and the field instead of being silently ignored.
 //!
@@ -26,13 +27,13 @@ mod values;
 
 use std::collections::HashMap;
 
+pub use crate::flowcontrol::{
+    FairnessPolicy, FlowControlConfig, OrderingPolicy, PriorityBand, UsageLimitPolicy, DEFAULT_BAND_MAX_BYTES,
+};
 pub use assemble::DEFAULT_SCORER_WEIGHT;
 pub use datalayer::{DataSourceConfig, MetricsScheme, ParserKind};
 pub use error::ConfigError;
 pub use extensions::{ModelRewrite, RewriteTarget, StaticEndpoint, TokenEstimatorConfig};
-pub use flow_control::{
-    FairnessPolicy, FlowControlConfig, OrderingPolicy, PriorityBand, UsageLimitPolicy, DEFAULT_BAND_MAX_BYTES,
-};
 pub use loader::{load, load_default, load_file, API_VERSIONS, DEFAULT_CONFIG_YAML, KIND};
 pub use producers::default_producer;
 pub use values::{parse_duration, parse_quantity};

@@ -1,5 +1,7 @@
-//! Data producers: the missing ones are created for consumed keys (config.md §4 rule 7), and all of them
-//! are ordered so that each runs after the producers of the data it consumes.
+//! Data producers: the missing ones are created for consumed keys (upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/datalayer/data_graph.go
+//! (CreateMissingDataProducers)), and all of them are ordered so that each runs after the producers of the
+//! data it consumes.
 //!
 //! Every declared producer runs, referenced in a profile or not, as in the Go EPP.
 

@@ -7,6 +7,8 @@
 
 mod endpoint;
 mod pool;
+mod subset;
 
 pub use endpoint::{format_host_port, Endpoint, EndpointMetrics};
 pub use pool::{Datastore, EndpointChanges};
+pub use subset::{locate, InvalidSubsetEntry, SubsetEntry, SubsetHint, SubsetMatch};

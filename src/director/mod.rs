@@ -8,7 +8,7 @@
 //! instead of failing with 503; an explicitly empty subset list still fails at once.
 
 mod active;
-mod candidates;
+mod mutation;
 mod rewrite;
 
 use std::collections::HashMap;
@@ -19,22 +19,21 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 pub use active::{ActiveRequest, OwnedLabels};
-pub use candidates::{locate, SubsetHint, SubsetMatch};
+pub use mutation::RoutingMutation;
 pub use rewrite::RewriteRule;
 
-use crate::datastore::Datastore;
+use crate::datastore::{locate, Datastore, InvalidSubsetEntry, SubsetHint, SubsetMatch};
 use crate::error::RequestError;
-use crate::extproc::responses::RoutingMutation;
-use crate::flowcontrol::policies::{parse_slo_ttft, SLO_TTFT_HEADERS};
+use crate::flowcontrol::policies::parse_slo_ttft;
 use crate::flowcontrol::{Admission, FlowRequest};
 use crate::metrics::EppMetrics;
-use crate::request::{parse_request, splice_model, Headers, TokenEstimator, CONTROL_HEADERS};
+use crate::request::{parse_request, splice_model, Headers, TokenEstimator};
 use crate::scheduling::{Candidate, DispatchInfo, Observer, Pipeline, SchedulingRequest};
+use crate::wire::{
+    CONTROL_HEADERS, DEFAULT_FAIRNESS_ID, DESTINATION_KEY, FAIRNESS_HEADER, MODEL_REWRITE_HEADER,
+    OBJECTIVE_HEADER, REQUEST_ID_HEADER, SLO_TTFT_HEADERS,
+};
 
-pub const OBJECTIVE_HEADER: &str = "x-gateway-inference-objective";
-pub const FAIRNESS_HEADER: &str = "x-gateway-inference-fairness-id";
-pub const MODEL_REWRITE_HEADER: &str = "x-gateway-model-name-rewrite";
-pub const DEFAULT_FAIRNESS_ID: &str = "default-flow";
 const NO_CANDIDATES: &str = "failed to find endpoint candidates for serving the request";
 
 /// Everything the director needs that comes from configuration and flags.
@@ -63,6 +62,8 @@ pub struct IncomingRequest {
     /// A request without a body (e.g. GET): routed on headers alone.
     pub header_only: bool,
     pub subset: SubsetHint,
+    /// A subset hint the gateway sent that did not parse: the request is answered 400 naming the entry.
+    pub invalid_subset: Option<InvalidSubsetEntry>,
     pub received_at: Option<Instant>,
 }
 
@@ -121,6 +122,9 @@ impl Director {
             fairness_id: req.headers.get(FAIRNESS_HEADER).unwrap_or(DEFAULT_FAIRNESS_ID).to_string(),
             ..Default::default()
         };
+        if let Some(invalid) = &req.invalid_subset {
+            return Err((RequestError::bad_request(invalid.to_string()), labels));
+        }
         let parsed = if req.header_only || !self.options.parse_bodies {
             None
         } else {
@@ -145,7 +149,7 @@ impl Director {
         // counted as pending load until it is registered as running below.
         let flow_ticket = match self.admission.flow_controller() {
             Some(controller) => {
-                if explicitly_empty(&req.subset, self.options.subset_match) {
+                if req.subset.is_explicitly_empty(self.options.subset_match) {
                     return Err(fail(RequestError::unavailable(NO_CANDIDATES)));
                 }
                 let flow_req = FlowRequest {
@@ -290,22 +294,16 @@ impl Director {
         }
         let mut set_headers = Vec::new();
         if req.generated_id {
-            set_headers.push(("x-request-id".to_string(), req.request_id.clone()));
+            set_headers.push((REQUEST_ID_HEADER.to_string(), req.request_id.clone()));
         }
         let remove_headers = CONTROL_HEADERS
             .iter()
-            .filter(|h| **h != crate::extproc::responses::DESTINATION_KEY && req.headers.contains(h))
+            .filter(|h| **h != DESTINATION_KEY && req.headers.contains(h))
             .map(|h| h.to_string())
             .collect();
         let scores = if self.options.emit_scores { result.primary().map(scores_json) } else { None };
         RoutingMutation { destination, set_headers, remove_headers, content_length, scores }
     }
-}
-
-/// A subset hint that lists no endpoint at all: no candidate can ever match, so even flow control fails
-/// it at once rather than queueing it.
-fn explicitly_empty(hint: &SubsetHint, mode: SubsetMatch) -> bool {
-    mode != SubsetMatch::Disabled && matches!(hint, SubsetHint::Only(list) if list.is_empty())
 }
 
 /// The request's TTFT objective, from the first SLO header that parses.

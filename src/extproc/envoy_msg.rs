@@ -4,14 +4,9 @@ use envoy_types::pb::envoy::config::core::v3::{HeaderMap, Metadata};
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::google::protobuf::value::Kind;
 
-use crate::director::SubsetHint;
+use crate::datastore::{InvalidSubsetEntry, SubsetHint};
 use crate::request::Headers;
-
-/// Metadata namespace and key of the gateway's subset hint.
-pub const SUBSET_NAMESPACE: &str = "envoy.lb.subset_hint";
-pub const SUBSET_KEY: &str = "x-gateway-destination-endpoint-subset";
-/// Metadata key (in `envoy.lb`) of the endpoint Envoy actually used.
-pub const SERVED_KEY: &str = "x-gateway-destination-endpoint-served";
+use crate::wire::{DESTINATION_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE};
 
 /// Converts Envoy's header map; names lower-cased, value from `raw_value` when set, else `value`.
 pub fn headers_of(map: Option<&HeaderMap>) -> Headers {
@@ -48,16 +43,18 @@ fn list_of_strings(kind: Option<&Kind>) -> Option<Vec<String>> {
     }
 }
 
-/// The subset hint, if the gateway sent one.
-pub fn subset_hint(md: Option<&Metadata>) -> Option<SubsetHint> {
+/// The subset hint, if the gateway sent one, parsed into addresses; a malformed entry is an error (the
+/// request is answered 400). A value that is neither a list nor a string lists no endpoint.
+pub fn subset_hint(md: Option<&Metadata>) -> Option<Result<SubsetHint, InvalidSubsetEntry>> {
     let ns = md?.filter_metadata.get(SUBSET_NAMESPACE)?;
     let value = ns.fields.get(SUBSET_KEY)?;
-    Some(SubsetHint::Only(list_of_strings(value.kind.as_ref()).unwrap_or_default()))
+    let entries = list_of_strings(value.kind.as_ref()).unwrap_or_default();
+    Some(SubsetHint::parse(entries.iter().map(String::as_str)))
 }
 
 /// The endpoint Envoy reports it served the request from.
 pub fn served_endpoint(md: Option<&Metadata>) -> Option<String> {
-    let ns = md?.filter_metadata.get("envoy.lb")?;
+    let ns = md?.filter_metadata.get(DESTINATION_NAMESPACE)?;
     match ns.fields.get(SERVED_KEY)?.kind.as_ref()? {
         Kind::StringValue(s) => Some(s.clone()),
         _ => None,
@@ -85,6 +82,7 @@ pub fn body_mode(raw: i32) -> BodySendMode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::datastore::SubsetEntry;
     use envoy_types::pb::envoy::config::core::v3::HeaderValue;
     use envoy_types::pb::google::protobuf::{ListValue, Struct, Value};
     use std::collections::HashMap;
@@ -121,9 +119,11 @@ mod tests {
         };
         assert_eq!(
             subset_hint(Some(&md(list(&["1.2.3.4:80"])))),
-            Some(SubsetHint::Only(vec!["1.2.3.4:80".into()]))
+            Some(Ok(SubsetHint::Only(vec![SubsetEntry::Exact("1.2.3.4:80".parse().unwrap())])))
         );
-        assert_eq!(subset_hint(Some(&md(list(&[])))), Some(SubsetHint::Only(vec![])));
+        assert_eq!(subset_hint(Some(&md(list(&[])))), Some(Ok(SubsetHint::Only(vec![]))));
         assert_eq!(subset_hint(None), None);
+        let bad = subset_hint(Some(&md(list(&["1.2.3.4:80", "pod-a"])))).unwrap().unwrap_err();
+        assert_eq!(bad.entry, "pod-a");
     }
 }

@@ -14,31 +14,12 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 
+pub use crate::director::RoutingMutation;
 use crate::error::RequestError;
+use crate::wire::{DESTINATION_KEY, DESTINATION_NAMESPACE, SCORES_KEY};
 
-/// Dynamic-metadata namespace Envoy's load balancer reads the destination from.
-pub const DESTINATION_NAMESPACE: &str = "envoy.lb";
-/// Header and metadata key carrying the chosen `ip:port[,ip:port...]`.
-pub const DESTINATION_KEY: &str = "x-gateway-destination-endpoint";
-/// Metadata key (llm-d-router) carrying per-endpoint scores, when enabled.
-pub const SCORES_KEY: &str = "x-gateway-destination-endpoint-scores";
 /// Envoy's recommended limit for one streamed body chunk is 64 KiB; the Go EPP uses 62,000 bytes.
 pub const BODY_CHUNK_LIMIT: usize = 62_000;
-
-/// The routing answer for one request: what to set and remove on the upstream request.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RoutingMutation {
-    /// `ip:port` of the primary target, then fallbacks, comma-joined.
-    pub destination: String,
-    /// Extra headers to set upstream (e.g. a generated `x-request-id`).
-    pub set_headers: Vec<(String, String)>,
-    /// Client-sent control headers to remove upstream.
-    pub remove_headers: Vec<String>,
-    /// Length of the body that goes upstream.
-    pub content_length: usize,
-    /// Per-endpoint scores for the `x-gateway-destination-endpoint-scores` metadata key, when enabled.
-    pub scores: Option<String>,
-}
 
 fn header(key: &str, value: &str) -> HeaderValueOption {
     HeaderValueOption {

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request as Msg, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
@@ -22,6 +23,7 @@ use crate::director::{Director, IncomingRequest, Routed};
 use crate::error::RequestError;
 use crate::request::{parse_usage_json, rewrite_response_model, UsageScanner};
 use crate::scheduling::CompletionKind;
+use crate::wire::REQUEST_ID_HEADER;
 
 /// Limits that protect epp from hostile or broken peers.
 #[derive(Debug, Clone, Copy)]
@@ -160,15 +162,11 @@ impl StreamHandler {
         let md = m.metadata_context.as_ref();
         let result = match request {
             Msg::RequestHeaders(h) => {
-                if let Some(hint) = subset_hint(md) {
-                    self.req.subset = hint;
-                }
+                self.take_subset_hint(md);
                 self.on_request_headers(h).await
             }
             Msg::RequestBody(b) => {
-                if let Some(hint) = subset_hint(md) {
-                    self.req.subset = hint;
-                }
+                self.take_subset_hint(md);
                 self.on_request_body(b).await
             }
             Msg::RequestTrailers(_) => self.on_request_trailers().await,
@@ -194,10 +192,22 @@ impl StreamHandler {
         result
     }
 
+    /// Records the gateway's subset hint from a request message's metadata, parsed once here.
+    fn take_subset_hint(&mut self, md: Option<&Metadata>) {
+        match subset_hint(md) {
+            Some(Ok(hint)) => {
+                self.req.subset = hint;
+                self.req.invalid_subset = None;
+            }
+            Some(Err(invalid)) => self.req.invalid_subset = Some(invalid),
+            None => {}
+        }
+    }
+
     async fn on_request_headers(&mut self, h: HttpHeaders) -> Result<(), Closed> {
         let headers = headers_of(h.headers.as_ref());
         self.req.path = headers.get(":path").unwrap_or("/v1/completions").to_string();
-        match headers.get("x-request-id").filter(|v| !v.is_empty()) {
+        match headers.get(REQUEST_ID_HEADER).filter(|v| !v.is_empty()) {
             Some(id) => self.req.request_id = id.to_string(),
             None => {
                 self.req.request_id = uuid::Uuid::new_v4().to_string();

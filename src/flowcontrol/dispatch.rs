@@ -1,4 +1,6 @@
-//! The dispatcher (flow-control.md §2.4): one task that releases queued requests while the pool has room.
+//! The dispatcher (upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/flowcontrol/controller/internal/processor.go
+//! (dispatchCycle)): one task that releases queued requests while the pool has room.
 //!
 //! Event-driven rather than Go's 1 ms ticker: a cycle runs when something may have changed the answer —
 //! an enqueue, a request completing, a ticket released, an eviction (all through the [`DispatchWaker`]),
@@ -22,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
 
-use super::controller::Shared;
-use crate::director::{locate, SubsetHint, SubsetMatch};
+use super::shared::Shared;
+use crate::datastore::locate;
 use crate::scheduling::Candidate;
 
 /// The period of the safety re-evaluation (staleness-based saturation, gauges while idle).
@@ -56,11 +58,6 @@ pub(super) struct Cycle {
     gauges_at: Option<Instant>,
 }
 
-/// Whether `hint` narrows the pool (so the request's candidates differ from the pool's).
-fn narrows(hint: &SubsetHint, mode: SubsetMatch) -> bool {
-    matches!(hint, SubsetHint::Only(_)) && mode != SubsetMatch::Disabled
-}
-
 impl Cycle {
     /// One dispatch cycle. `ticked`: run by the safety tick (always refreshes the gauges).
     pub(super) fn run(&mut self, shared: &Arc<Shared>, ticked: bool) {
@@ -85,7 +82,7 @@ impl Cycle {
         }
         while let Some(slot) = state.queues.select() {
             let Some(waiter) = state.queues.get(&slot) else { break };
-            let saturation = if narrows(&waiter.subset, shared.subset_match) {
+            let saturation = if waiter.subset.narrows(shared.subset_match) {
                 let located = locate(&endpoints, &waiter.subset, shared.subset_match);
                 self.narrowed.clear();
                 self.narrowed.extend(located.into_iter().map(Candidate::new));

@@ -1,5 +1,6 @@
-//! How a request leaves the flow-control layer (flow-control.md §1.3). The names are the values of the
-//! `outcome` metric label, and each failure maps to the HTTP status the Go EPP returns.
+//! How a request leaves the flow-control layer (upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/flowcontrol/types/outcomes.go). The names are the
+//! values of the `outcome` metric label, and each failure maps to the HTTP status the Go EPP returns.
 
 use crate::error::RequestError;
 

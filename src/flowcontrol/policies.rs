@@ -1,5 +1,6 @@
-//! The ordering and fairness policies (flow-control.md §3), as pure functions over keys so that the queue
-//! structure stays policy-agnostic and each policy is tested on its own.
+//! The ordering and fairness policies (upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/flowcontrol/), as pure functions
+//! over keys so that the queue structure stays policy-agnostic and each policy is tested on its own.
 //!
 //! Ordering is reduced to a sort key computed once at enqueue: every item of a band is keyed by the
 //! band's ordering policy, so "the best item" is simply the smallest key, within a flow (its head) and
@@ -9,7 +10,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::time::{Duration, Instant};
 
-use crate::config::{FairnessPolicy, OrderingPolicy};
+use super::settings::{FairnessPolicy, OrderingPolicy};
 
 /// When an item is due. `Never` sorts after every instant: an item with no deadline waits behind every
 /// item with one (EDF without a TTL, SLO-deadline without the header).
@@ -53,9 +54,6 @@ pub fn order_key(policy: OrderingPolicy, inputs: &OrderingInputs, seq: u64) -> O
     };
     OrderKey { due, seq }
 }
-
-/// Headers that carry the TTFT objective in milliseconds, in the order they are read.
-pub const SLO_TTFT_HEADERS: [&str; 2] = ["x-slo-ttft-ms", "x-llm-d-slo-ttft-ms"];
 
 /// Parses a TTFT objective header value (milliseconds; fractional values allowed). Invalid, negative or
 /// non-finite values are ignored (the request then has no deadline) rather than failing the request.

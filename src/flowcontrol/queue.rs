@@ -1,4 +1,6 @@
-//! The queues: priority bands → flows → items, with the capacity accounting of flow-control.md §2.3.
+//! The queues: priority bands → flows → items, with the capacity accounting of upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/flowcontrol/controller/internal/processor.go
+//! (hasCapacity).
 //!
 //! Generic over the payload so the structure and its limits are tested without the controller. Bands are
 //! kept once created (there are as many as configured priorities, a small set) so a band's round-robin
@@ -9,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use super::policies::{pick_flow, OrderKey};
-use crate::config::{FlowControlConfig, PriorityBand};
+use super::settings::{FlowControlConfig, PriorityBand};
 
 /// Where one queued item is: enough to find it again for dispatch or removal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,8 +219,8 @@ impl<T> Queues<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::FairnessPolicy;
     use crate::flowcontrol::policies::Due;
+    use crate::flowcontrol::settings::FairnessPolicy;
 
     fn key(seq: u64) -> OrderKey {
         OrderKey { due: Due::Never, seq }
@@ -314,8 +316,11 @@ mod tests {
         }
         let q2: Queues<()> = Queues::new(&config());
         assert_eq!(
-            q2.check_capacity(0, crate::config::DEFAULT_BAND_MAX_BYTES + 1),
-            Err(CapacityError::BandBytes { priority: 0, limit: crate::config::DEFAULT_BAND_MAX_BYTES })
+            q2.check_capacity(0, crate::flowcontrol::settings::DEFAULT_BAND_MAX_BYTES + 1),
+            Err(CapacityError::BandBytes {
+                priority: 0,
+                limit: crate::flowcontrol::settings::DEFAULT_BAND_MAX_BYTES
+            })
         );
     }
 

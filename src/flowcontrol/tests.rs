@@ -4,14 +4,14 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
 use super::*;
-use crate::config::{FairnessPolicy, FlowControlConfig, OrderingPolicy, PriorityBand};
 use crate::datastore::{Datastore, Endpoint};
-use crate::director::{SubsetHint, SubsetMatch};
+use crate::datastore::{SubsetHint, SubsetMatch};
+use crate::flowcontrol::settings::{FairnessPolicy, FlowControlConfig, OrderingPolicy, PriorityBand};
 use crate::metrics::{EppMetrics, RequestLabels};
 
 /// Saturated while `pending.requests >= limit`; candidate sets containing a "hot" endpoint are always
@@ -348,12 +348,12 @@ async fn dispatch_gates_on_the_requests_own_subset() {
     h.detector.hot.lock().unwrap().push(EP_A.parse().unwrap());
     h.allow(10);
     // The whole pool contains the hot endpoint; a request pinned to B does not.
-    let pinned = h.request_with("t", 0, SubsetHint::Only(vec![EP_B.into()]), None);
+    let pinned = h.request_with("t", 0, SubsetHint::parse([EP_B]).unwrap(), None);
     let _pinned = pinned.await.unwrap().expect("its own candidates have room");
     let unpinned = h.request("t", 0);
     h.wait_queued(1).await;
     // Head of line: the blocked request stops a later one that would fit.
-    let behind = h.request_with("t", 0, SubsetHint::Only(vec![EP_B.into()]), None);
+    let behind = h.request_with("t", 0, SubsetHint::parse([EP_B]).unwrap(), None);
     h.wait_queued(2).await;
     h.another_cycle().await;
     assert_eq!(h.fc.queued().0, 2, "both still queued after a full cycle");

@@ -1,14 +1,5 @@
 //! Request headers as epp keeps them: lower-case names, in arrival order.
 
-/// Headers a client must not be able to set: they steer routing, so epp removes them before the request
-/// goes upstream (the Go EPP only avoids echoing them; they still reached the model server).
-pub const CONTROL_HEADERS: &[&str] = &[
-    "x-gateway-destination-endpoint",
-    "x-gateway-destination-endpoint-served",
-    "x-gateway-destination-endpoint-subset",
-    "x-gateway-destination-endpoint-scores",
-];
-
 /// A small ordered header list with case-insensitive lookup (names are stored lower-case).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Headers {

@@ -11,11 +11,11 @@ mod usage;
 
 use std::ops::Range;
 
-pub use headers::{Headers, CONTROL_HEADERS};
+pub use headers::Headers;
 pub use openai::{api_kind_for_path, parse_request};
 pub use rewrite::{rewrite_response_model, splice_model};
 pub use tokens::{TokenEstimator, TokenEstimatorError, TokenEstimatorParams};
-pub use usage::{parse_usage_json, UsageScanner};
+pub use usage::{parse_usage_json, Usage, UsageScanner};
 
 /// Which OpenAI API a request is for, chosen by path suffix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

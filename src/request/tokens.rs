@@ -1,8 +1,9 @@
 //! The token estimate the in-flight load counters charge per request, before any tokenizer has run.
 //!
-//! It follows the Go EPP's `SimpleTokenEstimator` exactly (plugins.md §5.4) so that token-load scores
-//! and dashboards read the same: the input is the raw body size divided by characters-per-token, the
-//! output a fixed ratio of the input.
+//! It follows the Go EPP's `SimpleTokenEstimator` exactly
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/requestcontrol/dataproducer/inflightload/token_estimator.go)
+//! so that token-load scores and dashboards read the same: the input is the raw body size divided by
+//! characters-per-token, the output a fixed ratio of the input.
 
 use serde::Deserialize;
 

@@ -10,7 +10,13 @@ use memchr::{memchr, memmem};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
-use crate::scheduling::Usage;
+/// Token usage reported by the model server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_tokens: u64,
+}
 
 /// Longest partial SSE line kept between chunks. A longer line is dropped (up to its newline) rather
 /// than buffered: usage events are a few hundred bytes, so nothing of interest is lost.

@@ -10,6 +10,7 @@ pub mod plugin;
 pub mod plugins;
 pub mod profile;
 pub mod registry;
+pub mod saturation;
 pub mod types;
 
 pub use observer::{ExtensionPoint, NoopObserver, Observer};
@@ -17,4 +18,8 @@ pub use pipeline::Pipeline;
 pub use plugin::*;
 pub use profile::{Profile, WeightedScorer};
 pub use registry::{parse_params, FactoryContext, PluginError, Registry};
+pub use saturation::{PendingLoad, SaturationDetector};
 pub use types::*;
+
+/// Usage is the request domain's; the response hooks receive it.
+pub use crate::request::Usage;

@@ -13,6 +13,7 @@ use rand::rngs::SmallRng;
 
 use super::types::{Candidate, SchedulingRequest, SchedulingResult, ScoredCandidate};
 use crate::datastore::Endpoint;
+use crate::request::Usage;
 
 /// Identity of a configured plugin instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,14 +108,6 @@ pub struct DispatchInfo {
     pub dispatched_at: Instant,
 }
 
-/// Token usage reported by the model server.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    pub cached_tokens: u64,
-}
-
 /// How a dispatched request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompletionKind {
@@ -170,7 +163,7 @@ pub struct BuiltPlugin {
     pub response: Option<Arc<dyn ResponseHook>>,
     pub endpoint_listener: Option<Arc<dyn EndpointListener>>,
     /// How saturated a set of endpoints is, for admission and flow control (`saturationDetector.pluginRef`).
-    pub saturation_detector: Option<Arc<dyn crate::flowcontrol::SaturationDetector>>,
+    pub saturation_detector: Option<Arc<dyn crate::scheduling::SaturationDetector>>,
     /// Data this plugin reads that a producer must supply.
     pub consumes: Vec<DataKey>,
 }
@@ -242,7 +235,7 @@ impl BuiltPlugin {
         self.endpoint_listener = Some(p);
         self
     }
-    pub fn saturation_detector(mut self, p: Arc<dyn crate::flowcontrol::SaturationDetector>) -> Self {
+    pub fn saturation_detector(mut self, p: Arc<dyn crate::scheduling::SaturationDetector>) -> Self {
         self.saturation_detector = Some(p);
         self
     }

@@ -1,10 +1,11 @@
 //! Engine mappings: which metrics of a vLLM, SGLang or TensorRT-LLM page feed which telemetry field.
 //!
-//! The built-ins and the `core-metrics-extractor` parameters follow the Go EPP (model-servers.md §2):
-//! engines by name, `"default"` reserved as an alias of `defaultEngine`, a user entry replacing that
-//! engine's built-in entirely, `""` disabling a spec. Two deliberate differences: series are combined
-//! across data-parallel ranks for vLLM (see [`SeriesAggregation`]), and the vLLM KV gauge is read under
-//! both its current and its pre-0.9 name, so one config works across vLLM versions.
+//! The built-ins and the `core-metrics-extractor` parameters follow the Go EPP
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go):
+//! engines by name, `"default"` reserved as an alias of `defaultEngine`, a user entry replacing that engine's
+//! built-in entirely, `""` disabling a spec. Two deliberate differences: series are combined across
+//! data-parallel ranks for vLLM (see [`SeriesAggregation`]), and the vLLM KV gauge is read under both its
+//! current and its pre-0.9 name, so one config works across vLLM versions.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -169,7 +170,8 @@ pub struct EngineConfigParams {
 }
 
 impl EngineConfigParams {
-    /// The built-in entries (model-servers.md §2).
+    /// The built-in entries
+    /// (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go).
     pub fn builtins() -> Vec<EngineConfigParams> {
         let entry = |name: &str, queued: &str, running: &str, kv: &str| EngineConfigParams {
             name: name.to_string(),

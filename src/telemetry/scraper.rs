@@ -1,10 +1,11 @@
 //! One scrape loop per endpoint: fetch `/metrics`, extract, publish into the endpoint's telemetry slot.
 //!
-//! Timing follows the Go EPP (model-servers.md §1, §5): a 50ms ticker that delays rather than bursts
-//! after a slow poll, a 1s bound on each poll, a 10s HTTP client timeout behind it, non-200 as an error.
-//! One `reqwest::Client` is shared by all loops so connections are kept alive per endpoint. Errors are
-//! logged only when the state changes (healthy → failing, one failure → a different one, failing →
-//! recovered): at 20 polls a second a down endpoint would otherwise flood the log.
+//! Timing follows the Go EPP (upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/datalayer/collector.go): a 50ms ticker that delays
+//! rather than bursts after a slow poll, a 1s bound on each poll, a 10s HTTP client timeout behind it,
+//! non-200 as an error. One `reqwest::Client` is shared by all loops so connections are kept alive per
+//! endpoint. Errors are logged only when the state changes (healthy → failing, one failure → a different one,
+//! failing → recovered): at 20 polls a second a down endpoint would otherwise flood the log.
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,14 +1,13 @@
-//! Access to the shared sample pages (`shared/data/` beside the worktrees).
+//! The real-format model-server `/metrics` pages the telemetry tests parse (`tests/fixtures/`, captured
+//! from vLLM; shared with the simulator's exposition test).
 
-use std::path::PathBuf;
-
-/// Reads a file from the shared data directory, next to the crate root or at `/work/shared/data`.
+/// A fixture page by file name, compiled in so the tests need no working directory.
 pub(crate) fn sample_page(name: &str) -> Vec<u8> {
-    let beside = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data").join(name);
-    let inside = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("shared/data").join(name);
-    let absolute = PathBuf::from("/work/shared/data").join(name);
-    [beside, inside, absolute]
-        .iter()
-        .find_map(|path| std::fs::read(path).ok())
-        .unwrap_or_else(|| panic!("sample page {name} not found under shared/data"))
+    match name {
+        "vllm-v1-metrics.txt" => include_bytes!("../../tests/fixtures/vllm-v1-metrics.txt").to_vec(),
+        "vllm-v0-metrics-excerpt.txt" => {
+            include_bytes!("../../tests/fixtures/vllm-v0-metrics-excerpt.txt").to_vec()
+        }
+        other => panic!("no fixture page {other} in tests/fixtures"),
+    }
 }

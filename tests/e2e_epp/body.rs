@@ -3,8 +3,8 @@
 
 use serde_json::{json, Value};
 
-use crate::support::*;
 use crate::*;
+use epp_testkit::*;
 
 /// Not what serde_json would write: odd whitespace, `model` not first, an integer above 2^64.
 const RAW_COMPLETION: &str = "{ \"prompt\" : \"keep   my\\tspacing\",\n  \"max_tokens\":5,\"model\" :  \

@@ -5,8 +5,8 @@
 
 use serde_json::json;
 
-use crate::support::*;
 use crate::*;
+use epp_testkit::*;
 
 const MODEL_LABEL: [(&str, &str); 1] = [("model_name", MODEL)];
 

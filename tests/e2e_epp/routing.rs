@@ -3,8 +3,8 @@
 
 use serde_json::json;
 
-use crate::support::*;
 use crate::*;
+use epp_testkit::*;
 
 /// Requests go to the idle backend, and follow when the loads flip.
 async fn routing_follows_load(test_name: &str, template: &str) {

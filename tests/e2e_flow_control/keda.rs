@@ -9,10 +9,10 @@ use std::path::Path;
 
 use serde_yaml_ng::Value as Yaml;
 
-use crate::support::held_backend::HeldBackends;
-use crate::support::prometheus::{prometheus_or_skip, Prometheus, ScrapeTarget};
-use crate::support::*;
 use crate::*;
+use epp_testkit::held_backend::HeldBackends;
+use epp_testkit::prometheus::{prometheus_or_skip, Prometheus, ScrapeTarget};
+use epp_testkit::*;
 
 const NAMESPACE: &str = "epp-e2e";
 const EPP_SERVICE: &str = "epp-e2e-epp";

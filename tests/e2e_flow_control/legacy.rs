@@ -2,9 +2,9 @@
 //! saturated, a sheddable request gets Envoy's 429 with epp's exact body, everything else is still
 //! served, and shedding stops once the held load completes. Nothing ever queues in epp.
 
-use crate::support::held_backend::HeldBackends;
-use crate::support::*;
 use crate::*;
+use epp_testkit::held_backend::HeldBackends;
+use epp_testkit::*;
 
 const SHED_BODY: &str = "inference error: ResourceExhausted - system saturated, sheddable request dropped";
 

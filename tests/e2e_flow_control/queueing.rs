@@ -3,9 +3,9 @@
 //! a full queue answers 429, an expired wait 503; the deprecated env var turns the gate on; and a request
 //! sent while no model server is up waits until one is (scale from zero).
 
-use crate::support::held_backend::HeldBackends;
-use crate::support::*;
 use crate::*;
+use epp_testkit::held_backend::HeldBackends;
+use epp_testkit::*;
 
 /// 2 backends × maxConcurrency 2.
 const CAPACITY: i64 = 4;

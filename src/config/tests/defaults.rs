@@ -1,4 +1,5 @@
-//! The defaulting rules of config.md §4.
+//! The defaulting rules of upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/config/loader/defaults.go.
 
 use super::fakes::{ctx, registry};
 use super::{load_err, load_ok, producer_names, profile_shape, HEADER};

@@ -1,4 +1,6 @@
-//! `saturationDetector` (config.md §4 rule 8): reference checks and the default detector.
+//! `saturationDetector` (upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/config/loader/defaults.go): reference checks and
+//! the default detector.
 
 use std::time::Instant;
 

@@ -1,5 +1,6 @@
-//! `approx-prefix-cache-producer` (plugins.md §5.1): an approximation of each server's prefix cache,
-//! built from this EPP's own routing history.
+//! `approx-prefix-cache-producer`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/):
+//! an approximation of each server's prefix cache, built from this EPP's own routing history.
 //!
 //! `prepare` hashes the prompt into chained block hashes and, under a read lock, finds for every
 //! candidate the greedy longest prefix it is believed to hold, written as `attrs.prefix`.
@@ -267,7 +268,8 @@ fn positive(name: &str, field: &str, value: Option<usize>, default: usize) -> Re
     }
 }
 
-/// Decodes and validates the parameters (plugins.md §5.1).
+/// Decodes and validates the parameters
+/// (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/).
 pub fn parse_config(
     name: &str,
     params: Option<&serde_json::Value>,

@@ -1,6 +1,8 @@
-//! `concurrency-detector` (plugins.md §10.2): saturation from the work this EPP itself has dispatched and
-//! not yet seen finish. It reacts to a burst at once, where telemetry lags a scrape interval behind, but
-//! it is open-loop: it cannot see what the server really runs (KV-cache pressure, estimate drift).
+//! `concurrency-detector`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/flowcontrol/saturationdetector/concurrency/detector.go):
+//! saturation from the work this EPP itself has dispatched and not yet seen finish. It reacts to a burst at
+//! once, where telemetry lags a scrape interval behind, but it is open-loop: it cannot see what the server
+//! really runs (KV-cache pressure, estimate drift).
 //!
 //! **Accounting** (its own; it needs no `inflight-load-producer`): `pre_request` adds one request and the
 //! request's `estimated_tokens` to its primary target (`DispatchInfo::endpoint`); `on_complete`, which the
@@ -44,10 +46,10 @@ pub use super::concurrency_capacity::{
 use super::detector_params::InvalidParameter;
 use super::endpoint_key::{endpoint_key, EndpointKey, IntBuildHasher};
 use crate::datastore::Endpoint;
-use crate::flowcontrol::{PendingLoad, SaturationDetector};
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, Completion, DispatchInfo, EndpointListener, FactoryContext, Filter,
-    InFlightLoad, PluginError, PreRequest, ResponseHook, SchedulingRequest, SchedulingResult,
+    InFlightLoad, PendingLoad, PluginError, PreRequest, ResponseHook, SaturationDetector, SchedulingRequest,
+    SchedulingResult,
 };
 
 pub const TYPE_NAME: &str = "concurrency-detector";

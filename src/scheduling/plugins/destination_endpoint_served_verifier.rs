@@ -1,6 +1,8 @@
-//! `destination-endpoint-served-verifier` (plugins.md §11, protocol.md §10): copies the endpoint Envoy
-//! reports it served the request from into a response header, so conformance tests can check that the
-//! gateway honoured the EPP's choice.
+//! `destination-endpoint-served-verifier`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/requestcontrol/test/responsereceived/destination_endpoint_served_verifier.go,
+//! kubernetes-sigs/gateway-api-inference-extension:conformance/tests/gateway_destination_endpoint_served.go):
+//! copies the endpoint Envoy reports it served the request from into a response header, so conformance tests
+//! can check that the gateway honoured the EPP's choice.
 
 use std::sync::Arc;
 

@@ -1,5 +1,7 @@
-//! `header-based-testing-filter` (plugins.md §6.1): keeps only the endpoints named in the request header
-//! `test-epp-endpoint-selection`, for conformance tests that need a deterministic target.
+//! `header-based-testing-filter`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/scheduling/test/filter/request_header_based_filter.go):
+//! keeps only the endpoints named in the request header `test-epp-endpoint-selection`, for conformance tests
+//! that need a deterministic target.
 //!
 //! The header is a comma list of `IP`, `IP:port`, `[IPv6]` or `[IPv6]:port`. With a port, only that exact
 //! address matches; without one, every endpoint on that IP matches. Kept endpoints follow header order.
@@ -18,7 +20,7 @@ use crate::scheduling::{BuiltPlugin, Candidate, FactoryContext, Filter, PluginEr
 pub const TYPE_NAME: &str = "header-based-testing-filter";
 
 /// The request header naming the endpoints to keep.
-pub const SELECTION_HEADER: &str = "test-epp-endpoint-selection";
+use crate::wire::TEST_SELECTION_HEADER as SELECTION_HEADER;
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HeaderBasedTestingFilter;

@@ -1,5 +1,7 @@
-//! `inflight-load-producer` (plugins.md §5.3): counts the requests and tokens this EPP has dispatched to
-//! each endpoint and not yet seen finish, and writes them into every candidate's `attrs.inflight`.
+//! `inflight-load-producer`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/requestcontrol/dataproducer/inflightload/producer.go):
+//! counts the requests and tokens this EPP has dispatched to each endpoint and not yet seen finish, and
+//! writes them into every candidate's `attrs.inflight`.
 //!
 //! `pre_request` adds one request and the request's tokens to the primary target; `on_complete`, which the
 //! framework calls exactly once per dispatched request with the same [`DispatchInfo`], subtracts exactly

@@ -1,4 +1,6 @@
-//! `kv-cache-utilization-scorer` (plugins.md §4.3): prefers endpoints with free KV cache.
+//! `kv-cache-utilization-scorer`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/scheduling/scorer/kvcacheutilization/kvcache_utilization.go):
+//! prefers endpoints with free KV cache.
 
 use std::sync::Arc;
 

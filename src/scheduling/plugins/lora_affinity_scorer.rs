@@ -1,5 +1,7 @@
-//! `lora-affinity-scorer` (plugins.md §4.4): prefers endpoints that already run the requested LoRA
-//! adapter, then those with room to load it, then those where it is queued.
+//! `lora-affinity-scorer`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/scheduling/scorer/loraaffinity/lora_affinity.go):
+//! prefers endpoints that already run the requested LoRA adapter, then those with room to load it, then those
+//! where it is queued.
 
 use std::sync::Arc;
 

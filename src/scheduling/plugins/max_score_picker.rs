@@ -1,4 +1,6 @@
-//! `max-score-picker` (plugins.md §7): the highest-scoring endpoints, ties broken at random.
+//! `max-score-picker` (upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/scheduling/picker/): the
+//! highest-scoring endpoints, ties broken at random.
 //!
 //! GIE shuffles, then stable-sorts by score descending and takes the top N. Here the shuffle is followed
 //! by a linear top-N selection, which picks the same distribution (uniform among ties) without sorting

@@ -4,7 +4,8 @@
 //! unknown or ill-typed parameter is a startup error naming the plugin and the field, where the Go EPP
 //! silently ignores it. Plugins that take no parameters still reject any they are given.
 //!
-//! Formulas follow `reference/plugins.md` (GIE behaviour unless a section says llm-d-router).
+//! Formulas follow `kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/` (GIE
+//! behaviour unless a plugin's doc says llm-d-router).
 
 use serde::Deserialize;
 

@@ -1,5 +1,7 @@
-//! `prefix-cache-scorer` (plugins.md §4.5): prefers endpoints believed to hold more of the request's
-//! prompt in their prefix cache, as reported by a producer of [`DataKey::PrefixCacheMatch`].
+//! `prefix-cache-scorer`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/scheduling/scorer/prefix/plugin.go):
+//! prefers endpoints believed to hold more of the request's prompt in their prefix cache, as reported by a
+//! producer of [`DataKey::PrefixCacheMatch`].
 //!
 //! GIE takes no parameters and silently drops the producer's parameters that its docs show on this
 //! scorer; here they are an error that says where they belong. llm-d-router's optional match-length term

@@ -1,4 +1,5 @@
-//! Prefix block hashing for the approximate prefix cache (plugins.md §5.1).
+//! Prefix block hashing for the approximate prefix cache
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/).
 //!
 //! The prompt's bytes are cut into blocks of `block_chars` bytes; each block's hash chains the previous
 //! one, so equal hashes mean equal prefixes up to and including that block:

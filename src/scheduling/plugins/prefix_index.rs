@@ -1,4 +1,5 @@
-//! The approximate prefix index: which endpoints were sent which prefix blocks (plugins.md §5.1).
+//! The approximate prefix index: which endpoints were sent which prefix blocks
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/).
 //!
 //! Each endpoint has an LRU of block hashes bounded by its capacity; a reverse map from block hash to
 //! the endpoints holding it answers lookups. Both live in one structure behind the producer's lock, and

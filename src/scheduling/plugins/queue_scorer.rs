@@ -1,5 +1,6 @@
-//! `queue-scorer` (plugins.md §4.1): prefers endpoints with shorter waiting queues, min-max normalised
-//! over the endpoints being scored.
+//! `queue-scorer`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/scheduling/scorer/queuedepth/queue.go):
+//! prefers endpoints with shorter waiting queues, min-max normalised over the endpoints being scored.
 
 use std::sync::Arc;
 

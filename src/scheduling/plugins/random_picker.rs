@@ -1,4 +1,6 @@
-//! `random-picker` (plugins.md §7): endpoints chosen uniformly at random, ignoring scores.
+//! `random-picker` (upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/scheduling/picker/): endpoints
+//! chosen uniformly at random, ignoring scores.
 
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
-//! `running-requests-size-scorer` (plugins.md §4.2): prefers endpoints running fewer requests, min-max normalised
-//! over the endpoints being scored.
+//! `running-requests-size-scorer`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/scheduling/scorer/runningrequests/runningrequest.go):
+//! prefers endpoints running fewer requests, min-max normalised over the endpoints being scored.
 
 use std::sync::Arc;
 

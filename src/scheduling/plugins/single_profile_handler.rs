@@ -1,5 +1,7 @@
-//! `single-profile-handler` (plugins.md §8): runs every configured profile once (the config loader
-//! ensures there is exactly one) and makes its result the primary one.
+//! `single-profile-handler`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/scheduling/profile/single_profile_handler.go):
+//! runs every configured profile once (the config loader ensures there is exactly one) and makes its result
+//! the primary one.
 
 use std::sync::Arc;
 

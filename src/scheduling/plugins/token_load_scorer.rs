@@ -1,5 +1,6 @@
-//! `token-load-scorer` (plugins.md §4.6): prefers endpoints with fewer tokens in flight from this EPP,
-//! as counted by `inflight-load-producer`.
+//! `token-load-scorer`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/scheduling/scorer/tokenload/token_load.go):
+//! prefers endpoints with fewer tokens in flight from this EPP, as counted by `inflight-load-producer`.
 //!
 //! ```text
 //! score = 1                       if load ≤ 0

@@ -1,5 +1,7 @@
-//! `utilization-detector` (plugins.md §10.1): the default saturation detector, reading the telemetry the
-//! model servers report (waiting-queue depth and KV-cache usage). It fills two roles.
+//! `utilization-detector`
+//! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/flowcontrol/saturationdetector/utilization/detector.go):
+//! the default saturation detector, reading the telemetry the model servers report (waiting-queue depth and
+//! KV-cache usage). It fills two roles.
 //!
 //! **Gatekeeper** ([`SaturationDetector`], for legacy admission and flow control): a roofline score per
 //! endpoint, the most constrained of its two resources, averaged over the candidates:
@@ -41,9 +43,9 @@ use serde::Deserialize;
 
 use super::detector_params::{check_headroom, positive_int, InvalidParameter};
 use crate::datastore::EndpointMetrics;
-use crate::flowcontrol::{PendingLoad, SaturationDetector};
 use crate::scheduling::{
-    parse_params, BuiltPlugin, Candidate, FactoryContext, Filter, PluginError, SchedulingRequest,
+    parse_params, BuiltPlugin, Candidate, FactoryContext, Filter, PendingLoad, PluginError,
+    SaturationDetector, SchedulingRequest,
 };
 
 pub const TYPE_NAME: &str = "utilization-detector";

@@ -335,7 +335,6 @@ fn filter_keeps_order_and_an_empty_list_stays_empty() {
 
 #[test]
 fn pending_requests_count_as_queue_depth_spread_over_candidates() {
-    use crate::flowcontrol::{PendingLoad, SaturationDetector};
     let det = UtilizationDetector::new(UtilizationConfig::default()).unwrap();
     let now = std::time::Instant::now();
     let idle = |n: u8| {

@@ -1,5 +1,6 @@
-//! `weighted-random-picker` (plugins.md §7): sampling without replacement in proportion to score, by
-//! A-Res (Efraimidis–Spirakis):
+//! `weighted-random-picker` (upstream
+//! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/scheduling/picker/): sampling
+//! without replacement in proportion to score, by A-Res (Efraimidis–Spirakis):
 //!
 //! ```text
 //! key_i = U_i ^ (1 / w_i)   if w_i > 0   (U_i ~ Uniform[0,1), U_i == 0 → 1e-10)

@@ -1,0 +1,211 @@
+//! What decides where each lab request goes: epp's real scheduling pipeline built from an
+//! EndpointPickerConfig, or one of the two blind baselines (uniform random, round-robin) that stand for
+//! "no gateway" (a Kubernetes Service).
+//!
+//! Why the baselines live here rather than as plugins: round-robin needs state across requests that no
+//! scheduling plugin keeps, and a baseline should not pay for (or be helped by) producers it ignores.
+//! The pipeline path does what the director does for a request: estimate tokens, build candidates
+//! from the endpoints' last-scraped telemetry, prepare → admit → schedule → pre-request, and later
+//! the response hooks and `on_complete`, all at virtual time.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use epp::config::{self, LoadedConfig};
+use epp::datastore::{Datastore, Endpoint};
+use epp::metrics::EppMetrics;
+use epp::request::{Headers, ParsedRequest, TokenEstimator};
+use epp::scheduling::{
+    Candidate, Completion, CompletionKind, DispatchInfo, FactoryContext, NoopObserver, Pipeline, Registry,
+    SchedulingRequest, Usage,
+};
+
+/// A routing configuration to compare.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RouterSpec {
+    /// Every request to a uniformly random replica.
+    Random,
+    /// Replicas in turn.
+    RoundRobin,
+    /// epp's default EndpointPickerConfig (the GIE default profile).
+    Default,
+    /// An EndpointPickerConfig, as YAML text.
+    Config { yaml: String },
+}
+
+/// A named routing configuration: one column of the comparison.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouterChoice {
+    pub name: String,
+    pub spec: RouterSpec,
+}
+
+impl RouterChoice {
+    /// A built-in baseline by name: `random`, `round-robin` or `default`.
+    pub fn baseline(name: &str) -> Option<Self> {
+        let spec = match name.trim() {
+            "random" => RouterSpec::Random,
+            "round-robin" | "roundrobin" | "rr" => RouterSpec::RoundRobin,
+            "default" => RouterSpec::Default,
+            _ => return None,
+        };
+        Some(Self { name: name.trim().to_string(), spec })
+    }
+
+    /// Names accepted by [`RouterChoice::baseline`].
+    pub const BASELINES: &'static [&'static str] = &["random", "round-robin", "default"];
+}
+
+/// Where a routed request went, and the dispatch record its response hooks need (pipeline only).
+pub(crate) struct Routed {
+    pub replica: usize,
+    pub dispatch: Option<DispatchInfo>,
+}
+
+/// What the pipeline needs to know of one arriving request.
+pub(crate) struct Arriving<'a> {
+    pub request_id: &'a str,
+    pub body: &'a [u8],
+    pub parsed: &'a ParsedRequest,
+    pub priority: i32,
+    pub now: Instant,
+}
+
+pub(crate) enum Router {
+    Random(SmallRng),
+    RoundRobin(usize),
+    Pipeline(Box<PipelineRouter>),
+}
+
+pub(crate) struct PipelineRouter {
+    pipeline: Pipeline,
+    estimator: TokenEstimator,
+    rng: SmallRng,
+    /// Reused every request so a cycle allocates no candidate list.
+    candidates: Vec<Candidate>,
+    headers: Headers,
+    response_headers: Vec<(String, String)>,
+}
+
+/// Loads an EndpointPickerConfig against the run's own datastore, so plugin state (prefix index,
+/// in-flight counters) starts empty for every run.
+pub(crate) fn load_config(spec: &RouterSpec, datastore: Arc<Datastore>) -> Result<LoadedConfig, String> {
+    let ctx = FactoryContext { datastore, metrics: Arc::new(EppMetrics::new("lab")) };
+    let registry = Registry::with_builtins();
+    let loaded = match spec {
+        RouterSpec::Config { yaml } => config::load(yaml, &registry, &ctx),
+        _ => config::load_default(&registry, &ctx),
+    };
+    loaded.map_err(|e| e.to_string())
+}
+
+impl Router {
+    /// Builds the router for one run; `seed` drives its random choices.
+    pub fn new(spec: &RouterSpec, datastore: Arc<Datastore>, seed: u64) -> Result<Self, String> {
+        let rng = SmallRng::seed_from_u64(seed ^ 0x726f_7574_6572);
+        Ok(match spec {
+            RouterSpec::Random => Router::Random(rng),
+            RouterSpec::RoundRobin => Router::RoundRobin(0),
+            RouterSpec::Default | RouterSpec::Config { .. } => {
+                let loaded = load_config(spec, datastore)?;
+                let te = loaded.token_estimator;
+                let estimator = TokenEstimator::new(te.characters_per_token, te.output_ratio)
+                    .map_err(|e| e.to_string())?;
+                Router::Pipeline(Box::new(PipelineRouter {
+                    pipeline: loaded.pipeline,
+                    estimator,
+                    rng,
+                    candidates: Vec::new(),
+                    headers: Headers::new(),
+                    response_headers: Vec::new(),
+                }))
+            }
+        })
+    }
+
+    /// Whether decisions read endpoint telemetry (the blind baselines do not, so scrapes can be skipped).
+    pub fn reads_telemetry(&self) -> bool {
+        matches!(self, Router::Pipeline(_))
+    }
+
+    /// Chooses the replica for a request; `Err` carries why the pipeline refused it.
+    pub fn route(&mut self, req: &Arriving<'_>, endpoints: &[Arc<Endpoint>]) -> Result<Routed, String> {
+        match self {
+            Router::Random(rng) => {
+                Ok(Routed { replica: rng.random_range(0..endpoints.len()), dispatch: None })
+            }
+            Router::RoundRobin(next) => {
+                let replica = *next % endpoints.len();
+                *next = replica + 1;
+                Ok(Routed { replica, dispatch: None })
+            }
+            Router::Pipeline(p) => p.route(req, endpoints),
+        }
+    }
+
+    /// The first token reached the client.
+    pub fn on_first_token(&mut self, dispatch: Option<&DispatchInfo>, now: Instant) {
+        if let (Router::Pipeline(p), Some(info)) = (self, dispatch) {
+            p.response_headers.clear();
+            let served = Some(info.endpoint.host_port.as_str());
+            p.pipeline.on_response_headers(info, Some(200), served, &mut p.response_headers, &NoopObserver);
+            p.pipeline.on_response_chunk(info, b"data: {}\n\n", true, now, &NoopObserver);
+        }
+    }
+
+    /// The response ended (`usage` is `None` when the server refused the request).
+    pub fn on_complete(&mut self, dispatch: Option<DispatchInfo>, usage: Option<Usage>, now: Instant) {
+        if let (Router::Pipeline(p), Some(info)) = (self, dispatch) {
+            let status = if usage.is_some() { 200 } else { 400 };
+            let completion = Completion { kind: CompletionKind::Finished, status: Some(status), usage, now };
+            p.pipeline.on_complete(&info, &completion);
+        }
+    }
+}
+
+impl PipelineRouter {
+    fn route(&mut self, req: &Arriving<'_>, endpoints: &[Arc<Endpoint>]) -> Result<Routed, String> {
+        let (input_tokens, estimated_tokens) = self.estimator.estimate(req.body.len(), Some(req.parsed));
+        let sreq = SchedulingRequest {
+            request_id: req.request_id,
+            target_model: &req.parsed.model,
+            headers: &self.headers,
+            body: req.body,
+            parsed: Some(req.parsed),
+            priority: req.priority,
+            fairness_id: epp::wire::DEFAULT_FAIRNESS_ID,
+            input_tokens,
+            estimated_tokens,
+            now: req.now,
+        };
+        self.candidates.clear();
+        self.candidates.extend(endpoints.iter().cloned().map(Candidate::new));
+        let obs = &NoopObserver;
+        self.pipeline.prepare(&sreq, &mut self.candidates, obs);
+        self.pipeline
+            .admit(&sreq, &self.candidates, obs)
+            .map_err(|(id, reason)| format!("denied by {}: {reason}", id.name))?;
+        let result =
+            self.pipeline.schedule(&sreq, &self.candidates, &mut self.rng, obs).map_err(|e| e.to_string())?;
+        let target = result.targets().first().cloned().ok_or("the scheduler returned no target")?;
+        let replica = endpoints
+            .iter()
+            .position(|e| Arc::ptr_eq(e, &target))
+            .ok_or_else(|| format!("the scheduler picked an unknown endpoint {}", target.name))?;
+        let info = DispatchInfo {
+            request_id: req.request_id.to_string(),
+            target_model: req.parsed.model.clone(),
+            fairness_id: epp::wire::DEFAULT_FAIRNESS_ID.to_string(),
+            priority: req.priority,
+            endpoint: target,
+            input_tokens,
+            estimated_tokens,
+            dispatched_at: req.now,
+        };
+        self.pipeline.pre_request(&sreq, &result, &info, obs);
+        Ok(Routed { replica, dispatch: Some(info) })
+    }
+}

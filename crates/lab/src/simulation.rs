@@ -1,0 +1,337 @@
+//! The virtual-time event loop: one run of one routing config over the planned request stream.
+//!
+//! Three kinds of event advance the clock: a request arrives (it is written as an OpenAI body, parsed by
+//! epp's parser, routed, tokenised and queued in its replica's engine), a replica's engine step ends (its
+//! token events take effect, and the replica steps again while it has work), and a telemetry scrape (every
+//! replica's engine stats become the endpoint's metrics, which stay as they are until the next scrape: stale
+//! in between, as in production). An engine step is computed when it starts, so its events are held until its
+//! end (and a scrape during a step already sees the batch it scheduled, as vLLM's own stats, logged after
+//! scheduling, do). Ties go: scrape, then step ends, then arrivals; replicas in index order. Nothing reads a
+//! clock: `Instant`s handed to plugins are a fixed base plus virtual time.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashSet};
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::fleet::Fleet;
+use super::generate::Plan;
+use super::report::{summarize, Outcome, Record, ReplicaSummary, RunReport};
+use super::router::{Arriving, Router, RouterChoice};
+use super::workload::Workload;
+use super::LabError;
+use epp::datastore::{Datastore, Endpoint, EndpointMetrics};
+use epp::request::parse_request;
+use epp::scheduling::{DispatchInfo, Usage};
+use epp_sim::{tokenize, Engine, FinishReason, RequestEvent, SimRequest};
+
+const CHAT_PATH: &str = "/v1/chat/completions";
+
+/// A point of virtual time ordered by `total_cmp`, so it can key the event heap.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct VirtualTime(f64);
+
+impl Eq for VirtualTime {}
+
+impl PartialOrd for VirtualTime {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for VirtualTime {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+struct Replica {
+    engine: Engine,
+    endpoint: Arc<Endpoint>,
+    /// Events of the step in progress, delivered when it ends; `None` while idle.
+    in_step: Option<Vec<RequestEvent>>,
+}
+
+/// Maps virtual seconds to the `Instant`s plugins see.
+#[derive(Clone, Copy)]
+struct Clock {
+    base: Instant,
+}
+
+impl Clock {
+    fn at(self, t: f64) -> Instant {
+        self.base + Duration::from_secs_f64(t.max(0.0))
+    }
+}
+
+/// The state of one run.
+struct Run<'a> {
+    plan: &'a Plan,
+    router: Router,
+    replicas: Vec<Replica>,
+    endpoints: Vec<Arc<Endpoint>>,
+    records: Vec<Record>,
+    dispatches: Vec<Option<DispatchInfo>>,
+    steps: BinaryHeap<Reverse<(VirtualTime, usize)>>,
+    clock: Clock,
+    engine_steps: u64,
+    body: Vec<u8>,
+    request_id: String,
+}
+
+/// Simulates `plan` on `fleet` routed by `choice`. Deterministic: same inputs, same report.
+pub fn run(
+    fleet: &Fleet,
+    workload: &Workload,
+    plan: &Plan,
+    choice: &RouterChoice,
+) -> Result<RunReport, LabError> {
+    let datastore = Arc::new(Datastore::new("lab"));
+    datastore.set_endpoints(fleet.replicas.iter().enumerate().map(|(i, r)| endpoint(i, r)).collect());
+    let endpoints: Vec<Arc<Endpoint>> = datastore.endpoints().iter().cloned().collect();
+    let router = Router::new(&choice.spec, datastore, workload.seed)
+        .map_err(|message| LabError::Router { name: choice.name.clone(), message })?;
+    let replicas = fleet
+        .replicas
+        .iter()
+        .zip(&endpoints)
+        .enumerate()
+        .map(|(i, (spec, ep))| {
+            let mut cfg = spec.engine.clone();
+            cfg.seed = workload.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(i as u64);
+            Replica { engine: Engine::new(cfg), endpoint: ep.clone(), in_step: None }
+        })
+        .collect();
+    let n = plan.requests.len();
+    let mut run = Run {
+        plan,
+        router,
+        replicas,
+        endpoints,
+        records: plan.requests.iter().map(|r| Record::new(r.arrival)).collect(),
+        dispatches: (0..n).map(|_| None).collect(),
+        steps: BinaryHeap::new(),
+        clock: Clock { base: Instant::now() },
+        engine_steps: 0,
+        body: Vec::new(),
+        request_id: String::new(),
+    };
+    let makespan = run.event_loop(fleet.scrape_interval)?;
+    let summaries: Vec<ReplicaSummary> = run
+        .replicas
+        .iter()
+        .map(|r| ReplicaSummary {
+            name: r.endpoint.name.clone(),
+            profile: r.engine.config().profile.name.clone(),
+            preemptions: r.engine.stats().preemptions,
+        })
+        .collect();
+    Ok(summarize(&choice.name, &run.records, &summaries, workload.slo, makespan, run.engine_steps))
+}
+
+fn endpoint(index: usize, spec: &super::fleet::ReplicaSpec) -> Endpoint {
+    let octets = (index as u16).to_be_bytes();
+    let addr = std::net::SocketAddr::from(([10, 0, octets[0], octets[1]], 8000));
+    Endpoint::new(spec.name.clone(), addr).with_labels(spec.labels.clone())
+}
+
+impl Run<'_> {
+    /// Runs until every request has been handled; returns the time of the last event.
+    fn event_loop(&mut self, scrape_interval: f64) -> Result<f64, LabError> {
+        let scrapes = self.router.reads_telemetry();
+        let mut next_arrival = 0;
+        let mut ticks = 0u64;
+        let mut now = 0.0;
+        loop {
+            let step_end = self.steps.peek().map(|Reverse((t, _))| t.0);
+            let arrival = self.plan.requests.get(next_arrival).map(|r| r.arrival);
+            let next_work = match (step_end, arrival) {
+                (None, None) => break,
+                (Some(s), None) => s,
+                (None, Some(a)) => a,
+                (Some(s), Some(a)) => s.min(a),
+            };
+            let tick = ticks as f64 * scrape_interval;
+            if scrapes && tick <= next_work {
+                self.scrape(tick);
+                ticks += 1;
+                continue;
+            }
+            now = next_work;
+            if step_end == Some(next_work) {
+                if let Some(Reverse((_, replica))) = self.steps.pop() {
+                    self.end_step(replica, now)?;
+                }
+            } else {
+                self.arrive(next_arrival, now)?;
+                next_arrival += 1;
+            }
+        }
+        Ok(now)
+    }
+
+    fn scrape(&mut self, t: f64) {
+        let update_time = Some(self.clock.at(t));
+        for r in &self.replicas {
+            let stats = r.engine.stats();
+            let cfg = r.engine.config();
+            r.endpoint.update_metrics(EndpointMetrics {
+                waiting_queue_size: stats.waiting as u64,
+                running_requests: stats.running as u64,
+                kv_cache_usage: stats.kv_usage,
+                active_models: stats.running_loras.into_iter().collect::<HashSet<_>>(),
+                waiting_models: stats.waiting_loras.into_iter().collect::<HashSet<_>>(),
+                max_active_models: cfg.max_loras,
+                cache_block_size: cfg.block_size,
+                cache_num_blocks: cfg.num_gpu_blocks,
+                update_time,
+            });
+        }
+    }
+
+    fn arrive(&mut self, index: usize, t: f64) -> Result<(), LabError> {
+        let planned = self.plan.requests[index];
+        self.plan.write_body(&planned, &mut self.body);
+        let parsed = parse_request(CHAT_PATH, &self.body).map_err(|e| {
+            LabError::Internal(format!("request {index}: the lab wrote an unparsable body: {e}"))
+        })?;
+        self.request_id.clear();
+        // Writing into a String cannot fail.
+        let _ = write!(self.request_id, "lab-{index}");
+        let arriving = Arriving {
+            request_id: &self.request_id,
+            body: &self.body,
+            parsed: &parsed,
+            priority: planned.priority,
+            now: self.clock.at(t),
+        };
+        let routed = match self.router.route(&arriving, &self.endpoints) {
+            Ok(r) => r,
+            Err(_) => {
+                self.records[index].outcome = Outcome::Rejected;
+                return Ok(());
+            }
+        };
+        let prompt = tokenize(std::str::from_utf8(parsed.prefix_bytes(&self.body)).unwrap_or(""));
+        let record = &mut self.records[index];
+        record.replica = routed.replica as u32;
+        record.prompt_tokens = prompt.len() as u32;
+        self.dispatches[index] = routed.dispatch;
+        let replica = &mut self.replicas[routed.replica];
+        replica.engine.add_request(SimRequest {
+            id: index as u64,
+            prompt,
+            max_output_tokens: self.plan.output_tokens(&planned),
+            lora: self.plan.model_of(&planned).map(str::to_string),
+        });
+        if replica.in_step.is_none() {
+            self.start_step(routed.replica, t);
+        }
+        Ok(())
+    }
+
+    fn start_step(&mut self, replica: usize, t: f64) {
+        let r = &mut self.replicas[replica];
+        let result = r.engine.step();
+        self.engine_steps += 1;
+        r.in_step = Some(result.events);
+        self.steps.push(Reverse((VirtualTime(t + result.duration), replica)));
+    }
+
+    fn end_step(&mut self, replica: usize, t: f64) -> Result<(), LabError> {
+        let events = self.replicas[replica].in_step.take().unwrap_or_default();
+        let now = self.clock.at(t);
+        for event in &events {
+            match *event {
+                RequestEvent::FirstToken { id, cached_tokens } => {
+                    let i = self.index(id)?;
+                    self.records[i].first_token = t;
+                    self.records[i].cached_tokens = cached_tokens;
+                    self.router.on_first_token(self.dispatches[i].as_ref(), now);
+                }
+                RequestEvent::Token { .. } => {}
+                RequestEvent::Finished { id, output_tokens, reason } => {
+                    let i = self.index(id)?;
+                    let record = &mut self.records[i];
+                    if record.outcome != Outcome::Pending {
+                        record.duplicate_finishes += 1;
+                        continue;
+                    }
+                    record.finish = t;
+                    record.output_tokens = output_tokens;
+                    let usage = match reason {
+                        FinishReason::Abort => {
+                            record.outcome = Outcome::Aborted;
+                            None
+                        }
+                        FinishReason::Stop | FinishReason::Length => {
+                            record.outcome = Outcome::Completed;
+                            Some(Usage {
+                                prompt_tokens: u64::from(record.prompt_tokens),
+                                completion_tokens: u64::from(output_tokens),
+                                cached_tokens: u64::from(record.cached_tokens),
+                            })
+                        }
+                    };
+                    self.router.on_complete(self.dispatches[i].take(), usage, now);
+                }
+            }
+        }
+        if self.replicas[replica].engine.has_work() {
+            self.start_step(replica, t);
+        }
+        Ok(())
+    }
+
+    fn index(&self, id: u64) -> Result<usize, LabError> {
+        usize::try_from(id)
+            .ok()
+            .filter(|&i| i < self.records.len())
+            .ok_or_else(|| LabError::Internal(format!("the engine reported unknown request id {id}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use epp_sim::AcceleratorProfile;
+
+    #[test]
+    fn virtual_time_orders_like_numbers_and_maps_monotonically() {
+        let mut heap = BinaryHeap::new();
+        for (t, r) in [(0.5, 0), (0.1, 2), (0.1, 1), (2.0, 0)] {
+            heap.push(Reverse((VirtualTime(t), r)));
+        }
+        let order: Vec<(f64, usize)> =
+            std::iter::from_fn(|| heap.pop().map(|Reverse((t, r))| (t.0, r))).collect();
+        assert_eq!(order, [(0.1, 1), (0.1, 2), (0.5, 0), (2.0, 0)]);
+        let clock = Clock { base: Instant::now() };
+        assert!(clock.at(0.0) < clock.at(0.001) && clock.at(1.0) - clock.at(0.0) == Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_lone_request_takes_the_engines_step_times() {
+        // No noise, one replica, one request of ~1000 prompt tokens and 3 output tokens: its TTFT is the
+        // prefill step, and each later token one decode step.
+        let fleet = Fleet::from_yaml("noise: 0\nreplicas: [{profile: h100-8b}]").unwrap();
+        let workload = Workload::from_yaml(
+            "duration: 0.5s\narrival: {constant: {rate: 2}}\nprompt_tokens: {constant: 990}\noutput_tokens: {constant: 3}\n",
+        )
+        .unwrap();
+        let plan = Plan::new(&workload);
+        assert_eq!(plan.requests.len(), 1);
+        for name in ["round-robin", "default"] {
+            let choice = RouterChoice::baseline(name).unwrap();
+            let report = run(&fleet, &workload, &plan, &choice).unwrap();
+            let ttft = report.ttft_s.unwrap().p50;
+            let tpot = report.tpot_s.unwrap().p50;
+            let h100 = AcceleratorProfile::h100_8b();
+            assert!((0.060..0.080).contains(&ttft), "{name}: ttft {ttft}");
+            let decode = h100.base_overhead + h100.c_decode_seq;
+            assert!((decode..decode + 0.001).contains(&tpot), "{name}: tpot {tpot}");
+            assert_eq!(report.engine_steps, 3);
+            assert_eq!(report.endpoints[0].requests, 1);
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! The wire contract's names, in one place: the headers and Envoy metadata keys through which the
+//! gateway, clients and epp talk. Each is the Go EPP's, so a gateway configured for it works with epp
+//! unchanged (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/metadata/consts.go). This module imports nothing: every layer may use it.
+
+/// Envoy dynamic-metadata namespace of the routing answer (read by the gateway's load balancer).
+pub const DESTINATION_NAMESPACE: &str = "envoy.lb";
+/// The chosen `ip:port[,fallbacks]`: a request header upstream and a key in [`DESTINATION_NAMESPACE`].
+pub const DESTINATION_KEY: &str = "x-gateway-destination-endpoint";
+/// Per-endpoint scores of the decision (with `--emit-endpoint-scores`), in [`DESTINATION_NAMESPACE`].
+pub const SCORES_KEY: &str = "x-gateway-destination-endpoint-scores";
+/// The endpoint Envoy reports it actually served the request from, in [`DESTINATION_NAMESPACE`].
+pub const SERVED_KEY: &str = "x-gateway-destination-endpoint-served";
+/// Metadata namespace and key of the gateway's subset hint (which endpoints a request may use).
+pub const SUBSET_NAMESPACE: &str = "envoy.lb.subset_hint";
+pub const SUBSET_KEY: &str = "x-gateway-destination-endpoint-subset";
+
+/// Headers a client must not be able to set: they steer routing, so epp removes them before the request
+/// goes upstream (the Go EPP only avoids echoing them; they still reached the model server).
+pub const CONTROL_HEADERS: &[&str] = &[DESTINATION_KEY, SERVED_KEY, SUBSET_KEY, SCORES_KEY];
+
+/// The request id; epp generates one (and sets it upstream) when the client sent none.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// The InferenceObjective name, mapped to a priority by the `objectives` config.
+pub const OBJECTIVE_HEADER: &str = "x-gateway-inference-objective";
+/// The flow-control fairness id.
+pub const FAIRNESS_HEADER: &str = "x-gateway-inference-fairness-id";
+/// The fairness id of a request that names none.
+pub const DEFAULT_FAIRNESS_ID: &str = "default-flow";
+/// The model to send the request to instead of the body's `model`.
+pub const MODEL_REWRITE_HEADER: &str = "x-gateway-model-name-rewrite";
+/// The request's TTFT objective in milliseconds, in the order they are read (GIE's, then llm-d's name).
+pub const SLO_TTFT_HEADERS: [&str; 2] = ["x-slo-ttft-ms", "x-llm-d-slo-ttft-ms"];
+/// The conformance tests' endpoint selection (`header-based-testing-filter`).
+pub const TEST_SELECTION_HEADER: &str = "test-epp-endpoint-selection";
