@@ -14,7 +14,7 @@ KUBERNETES_VALIDATE_VERSION ?= 1.37.0
 HELM_STAMP := $(VENV)/.helm-check-$(HELM_SDK_VERSION)-$(KUBERNETES_VALIDATE_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy prometheus lint test helm-check bench bench-smoke demo demo-smoke live-vs-lab
+.PHONY: all build release envoy prometheus lint check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab
 
 all: build
 
@@ -49,10 +49,16 @@ prometheus:
 	  echo "prometheus: not installed and no root or sudo; the KEDA e2e test will SKIP"; \
 	fi
 
-## lint: formatting and clippy (warnings are errors)
+## lint: formatting, clippy (warnings are errors) and the layering check (every product import points down)
 lint:
 	$(CARGO) fmt --all --check
+	$(PYTHON) scripts/check-layers.py --self-test
+	$(PYTHON) scripts/check-layers.py
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## check-layers: fails on an upward or cyclic import in the product (src/); the layers are drawn in README
+check-layers:
+	$(PYTHON) scripts/check-layers.py
 
 ## test: lint, then every unit, integration and e2e test (benches run once each in test mode), then the
 ## Helm chart check (after cargo test, so it can start the debug epp it built with the rendered flags),

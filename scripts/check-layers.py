@@ -11,7 +11,10 @@ items and inline paths). Two rules:
 
 Test code is skipped: files declared under `#[cfg(test)]` and inline `#[cfg(test)] mod … { … }` blocks.
 Exit status 1 with each offending edge or cycle; 0 with a one-line summary.
-Usage: scripts/check-layers.py [--graph]   (--graph also prints every module edge)
+Usage: scripts/check-layers.py [--graph] [--src DIR] [--self-test]
+  --graph      also prints every module edge
+  --src DIR    checks another tree (default: the repo's src/)
+  --self-test  checks that an upward import and a file cycle in a scratch tree are both caught
 """
 import re
 import sys
@@ -19,10 +22,9 @@ from pathlib import Path
 
 # Bottom first. A module may import only modules on earlier lines.
 LAYERS = [
-    ["error"],
-    ["wire"],
-    ["metrics"],
+    ["error", "wire"],
     ["request", "datastore"],
+    ["metrics"],
     ["telemetry", "scheduling"],
     ["flowcontrol"],
     ["director"],
@@ -34,7 +36,7 @@ LAYERS = [
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "src"
+SRC = Path(sys.argv[sys.argv.index("--src") + 1]) if "--src" in sys.argv else ROOT / "src"
 RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 PATH_RE = re.compile(r"\b(crate|super(?:::super)*|self)::((?:[A-Za-z_][A-Za-z0-9_]*::)*)(\{[^;]*?\}|[A-Za-z_][A-Za-z0-9_]*)",
                      re.S)
@@ -203,5 +205,31 @@ def main() -> int:
     return 0
 
 
+def self_test() -> int:
+    """The check must be able to fail: an upward import and a file cycle in scratch trees."""
+    import subprocess
+    import tempfile
+
+    cases = {
+        "upward import": {"lib.rs": "pub mod error;\npub mod app;\n", "error.rs": "use crate::app::Server;\n",
+                          "app.rs": "pub struct Server;\n"},
+        "file cycle": {"lib.rs": "pub mod request;\n", "request/mod.rs": "mod a;\nmod b;\n",
+                       "request/a.rs": "use super::b::B;\npub struct A;\n",
+                       "request/b.rs": "use super::a::A;\npub struct B;\n"},
+    }
+    for name, tree in cases.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            for rel, text in tree.items():
+                (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
+                (Path(tmp) / rel).write_text(text)
+            (Path(tmp) / "main.rs").write_text("fn main() {}\n")
+            run = subprocess.run([sys.executable, __file__, "--src", tmp], capture_output=True, text=True)
+            if run.returncode != 1:
+                print(f"check-layers self-test: {name} was not caught:\n{run.stdout}{run.stderr}", file=sys.stderr)
+                return 1
+    print("check-layers self-test: an upward import and a file cycle are both caught")
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(self_test() if "--self-test" in sys.argv else main())

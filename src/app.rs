@@ -142,7 +142,9 @@ impl Server {
 
         let observer: Arc<dyn Observer> = {
             let m = metrics.clone();
-            Arc::new(TimingObserver::new(move |point, id, secs| m.observe_plugin(point, id, secs)))
+            Arc::new(TimingObserver::new(move |point, id, secs| {
+                m.observe_plugin(point.as_str(), id.type_name, &id.name, secs)
+            }))
         };
         let options = DirectorOptions {
             objectives: loaded.objectives.clone(),

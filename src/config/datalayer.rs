@@ -5,7 +5,7 @@
 
 use serde::Deserialize;
 
-use super::local::{LocalPlugin, RefTarget};
+use super::local::{DataSourceConfig, LocalPlugin, MetricsScheme, ParserKind, RefTarget};
 use super::schema::{RawDataLayer, RawPluginRef};
 use super::ConfigError;
 use crate::scheduling::parse_params;
@@ -14,41 +14,6 @@ pub(crate) const METRICS_DATA_SOURCE: &str = "metrics-data-source";
 pub(crate) const CORE_METRICS_EXTRACTOR: &str = "core-metrics-extractor";
 pub(crate) const OPENAI_PARSER: &str = "openai-parser";
 pub(crate) const PASSTHROUGH_PARSER: &str = "passthrough-parser";
-
-/// URL scheme of the model servers' metrics endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MetricsScheme {
-    #[default]
-    Http,
-    Https,
-}
-
-/// How endpoints' metrics are scraped (`metrics-data-source` parameters,
-/// kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/datalayer/source/metrics/datasource.go).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DataSourceConfig {
-    pub scheme: MetricsScheme,
-    /// Always starts with `/`.
-    pub path: String,
-    pub insecure_skip_verify: bool,
-}
-
-impl Default for DataSourceConfig {
-    fn default() -> Self {
-        Self { scheme: MetricsScheme::Http, path: "/metrics".to_string(), insecure_skip_verify: true }
-    }
-}
-
-/// How request bodies are parsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ParserKind {
-    /// OpenAI-compatible JSON APIs (the default).
-    #[default]
-    OpenAi,
-    /// No body parsing: requests are routed without a model or prompt.
-    Passthrough,
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -7,8 +7,8 @@
 //! The added detector is not put in any scheduling profile: like a declared detector that is only named
 //! here (README.md, "Saturation detectors and flow control"), it gates admission but filters no endpoints.
 
-use super::assemble::Instances;
 use super::datalayer::wrong_ref;
+use super::instances::Instances;
 use super::local::RefTarget;
 use super::schema::RawPluginRef;
 use super::ConfigError;

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use super::assemble::{build_pipeline, Declared, DeclaredKind};
 use super::extensions::{build_endpoints, build_model_rewrites, build_objectives, build_token_estimator};
-use super::local::{build_local, RefTarget, LOCAL_TYPES};
+use super::local::RefTarget;
+use super::local_factory::{build_local, LOCAL_TYPES};
 use super::schema::{parse_document, RawConfig};
 use super::{datalayer, flow_control, ConfigError, FeatureGates, LoadedConfig};
 use crate::scheduling::{FactoryContext, Registry};

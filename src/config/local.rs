@@ -1,14 +1,48 @@
 //! Plugin types the loader handles itself rather than through the scheduling [`Registry`]: the data layer
 //! (metrics source and extractor), the request parser, and the flow-control policies. None of them takes part
 //! in a scheduling cycle, so they are turned into typed settings in [`super::LoadedConfig`] instead of
-//! `BuiltPlugin`s.
+//! `BuiltPlugin`s. The settings types they resolve to are defined here, beside them.
 //!
 //! [`Registry`]: crate::scheduling::Registry
 
-use super::datalayer::{self, DataSourceConfig, ParserKind};
-use super::flow_control;
-use super::ConfigError;
+use serde::Deserialize;
+
 use crate::flowcontrol::{FairnessPolicy, OrderingPolicy, UsageLimitPolicy};
+
+/// URL scheme of the model servers' metrics endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsScheme {
+    #[default]
+    Http,
+    Https,
+}
+
+/// How endpoints' metrics are scraped (`metrics-data-source` parameters,
+/// kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/datalayer/source/metrics/datasource.go).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataSourceConfig {
+    pub scheme: MetricsScheme,
+    /// Always starts with `/`.
+    pub path: String,
+    pub insecure_skip_verify: bool,
+}
+
+impl Default for DataSourceConfig {
+    fn default() -> Self {
+        Self { scheme: MetricsScheme::Http, path: "/metrics".to_string(), insecure_skip_verify: true }
+    }
+}
+
+/// How request bodies are parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ParserKind {
+    /// OpenAI-compatible JSON APIs (the default).
+    #[default]
+    OpenAi,
+    /// No body parsing: requests are routed without a model or prompt.
+    Passthrough,
+}
 
 /// A declared plugin the loader handles itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,44 +79,4 @@ pub(crate) enum RefTarget<'a> {
         type_name: &'a str,
     },
     Missing,
-}
-
-/// Types handled here, listed among the known types in "unknown type" errors.
-pub(crate) const LOCAL_TYPES: &[&str] = &[
-    datalayer::METRICS_DATA_SOURCE,
-    datalayer::CORE_METRICS_EXTRACTOR,
-    datalayer::OPENAI_PARSER,
-    datalayer::PASSTHROUGH_PARSER,
-    flow_control::FCFS,
-    flow_control::EDF,
-    flow_control::SLO_DEADLINE,
-    flow_control::GLOBAL_STRICT,
-    flow_control::ROUND_ROBIN,
-    flow_control::STATIC_USAGE_LIMIT,
-];
-
-/// Upstream types epp recognises but does not implement: a clear error beats "unknown type".
-const UNSUPPORTED_TYPES: &[(&str, &str)] = &[
-    ("vllmgrpc-parser", "epp serves the OpenAI HTTP protocol only; use openai-parser"),
-    ("k8s-notification-source", "epp's data layer has only the metrics-data-source"),
-    ("endpoint-notification-source", "epp's data layer has only the metrics-data-source"),
-];
-
-/// Builds `type_name` if the loader handles it; `None` means "ask the registry".
-pub(crate) fn build_local(
-    index: usize,
-    name: &str,
-    type_name: &str,
-    params: Option<&serde_json::Value>,
-) -> Option<Result<LocalPlugin, ConfigError>> {
-    if let Some((_, why)) = UNSUPPORTED_TYPES.iter().find(|(t, _)| *t == type_name) {
-        return Some(Err(ConfigError::invalid(
-            format!("plugins[{index}].type"),
-            format!("plugin {name:?}: type {type_name:?} is not supported by epp ({why})"),
-        )));
-    }
-    if let Some(built) = datalayer::build(name, type_name, params) {
-        return Some(built);
-    }
-    flow_control::build_policy(name, type_name, params)
 }

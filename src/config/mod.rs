@@ -19,8 +19,10 @@ mod detector;
 mod error;
 mod extensions;
 mod flow_control;
+mod instances;
 mod loader;
 mod local;
+mod local_factory;
 mod producers;
 mod schema;
 mod values;
@@ -31,10 +33,10 @@ pub use crate::flowcontrol::{
     FairnessPolicy, FlowControlConfig, OrderingPolicy, PriorityBand, UsageLimitPolicy, DEFAULT_BAND_MAX_BYTES,
 };
 pub use assemble::DEFAULT_SCORER_WEIGHT;
-pub use datalayer::{DataSourceConfig, MetricsScheme, ParserKind};
 pub use error::ConfigError;
 pub use extensions::{ModelRewrite, RewriteTarget, StaticEndpoint, TokenEstimatorConfig};
 pub use loader::{load, load_default, load_file, API_VERSIONS, DEFAULT_CONFIG_YAML, KIND};
+pub use local::{DataSourceConfig, MetricsScheme, ParserKind};
 pub use producers::default_producer;
 pub use values::{parse_duration, parse_quantity};
 

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::assemble::Instances;
+use super::instances::Instances;
 use super::ConfigError;
 use crate::scheduling::{BuiltPlugin, DataKey, DataProducer, PluginId};
 

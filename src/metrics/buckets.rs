@@ -1,13 +1,21 @@
-//! Histogram bucket layouts, as in the Go EPP except where noted.
+//! The value kinds the families are built from: histogram bucket layouts (as in the Go EPP except where
+//! noted), histogram families over one layout, and the float gauge.
 //!
 //! The Go `32778` bucket (a typo for 32768) in the response-size and token histograms is `32768` here, and
 //! the EPP-overhead histograms use finer buckets (10µs … 1s, a superset of the Go scheduler buckets)
 //! because epp's own overhead is measured in microseconds.
 
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
-use super::families::HistogramFamily;
+/// A gauge holding a float (averages, standard deviations).
+pub type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// A histogram family whose series share one bucket layout.
+pub type HistogramFamily<L> = Family<L, Histogram, Buckets>;
 
 /// Builds each new series of a [`HistogramFamily`] with a fixed bucket layout.
 #[derive(Debug, Clone, Copy)]

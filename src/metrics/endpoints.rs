@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::datastore::{Endpoint, EndpointMetrics};
 
-use super::families::{Families, FloatGauge};
+use super::buckets::FloatGauge;
+use super::families::Families;
 use super::labels::*;
 
 /// An endpoint some per-endpoint series were recorded for.

@@ -6,16 +6,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
 
 use super::buckets::*;
 use super::flow_control::FlowControlFamilies;
 use super::labels::*;
-
-/// A histogram family whose series share one bucket layout.
-pub type HistogramFamily<L> = Family<L, Histogram, Buckets>;
-/// A gauge holding a float (averages, standard deviations).
-pub type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// The per-request families under their GIE names (`inference_objective_*`).
 #[derive(Debug)]

@@ -16,7 +16,7 @@ use prometheus_client::registry::Registry;
 use std::time::Duration;
 
 use super::buckets::{Buckets, SCHEDULER};
-use super::families::{FloatGauge, HistogramFamily};
+use super::buckets::{FloatGauge, HistogramFamily};
 use super::labels::LabelValue;
 use super::{EppMetrics, RequestLabels};
 

@@ -35,7 +35,7 @@ use prometheus_client::registry::Registry;
 
 use crate::datastore::Endpoint;
 use crate::error::ErrorCode;
-use crate::scheduling::{ExtensionPoint, PluginId, Usage};
+use crate::request::Usage;
 
 use endpoints::EndpointSeries;
 pub use endpoints::{PoolSummary, Stats};
@@ -287,13 +287,15 @@ impl EppMetrics {
         }
     }
 
-    /// One plugin call's duration.
-    pub fn observe_plugin(&self, point: ExtensionPoint, id: &PluginId, secs: f64) {
-        let labels = PluginLabels {
-            extension_point: point.as_str(),
-            plugin_type: id.type_name,
-            plugin_name: self.config_names.get(&id.name),
-        };
+    /// One plugin call's duration, by extension point (`Scorer`, `Filter`, ...), plugin type and name.
+    pub fn observe_plugin(
+        &self,
+        extension_point: &'static str,
+        plugin_type: &'static str,
+        name: &str,
+        secs: f64,
+    ) {
+        let labels = PluginLabels { extension_point, plugin_type, plugin_name: self.config_names.get(name) };
         self.families.epp.llmd_plugin.get_or_create(&labels).observe(secs);
         self.families.epp.gie_plugin.get_or_create(&labels).observe(secs);
     }

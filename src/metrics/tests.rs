@@ -56,8 +56,7 @@ fn record_one_of_each(m: &EppMetrics, ep: &Arc<Endpoint>) {
     m.running_inc(LABELS);
     m.record_scheduling(Duration::from_micros(300), "llama-lora", Some(ep));
     m.record_scheduling(Duration::from_micros(300), "llama-lora", None);
-    let id = PluginId { type_name: "queue-scorer", name: "queue".to_string() };
-    m.observe_plugin(ExtensionPoint::Scorer, &id, 0.0002);
+    m.observe_plugin("Scorer", "queue-scorer", "queue", 0.0002);
     m.observe_request_processing(Duration::from_micros(40));
     m.observe_response_processing(Duration::from_micros(15));
     m.record_model_rewrite("canary", "llama", "llama-lora");

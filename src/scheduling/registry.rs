@@ -52,13 +52,6 @@ impl Registry {
         Self::default()
     }
 
-    /// A registry holding every built-in plugin type.
-    pub fn with_builtins() -> Self {
-        let mut r = Self::new();
-        super::plugins::register_all(&mut r);
-        r
-    }
-
     pub fn register(&mut self, type_name: &'static str, factory: Factory) {
         self.factories.insert(type_name, factory);
     }

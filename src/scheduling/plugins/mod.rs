@@ -61,6 +61,16 @@ pub use token_load_scorer::TokenLoadScorer;
 pub use utilization_detector::{UtilizationConfig, UtilizationDetector};
 pub use weighted_random_picker::WeightedRandomPicker;
 
+impl Registry {
+    /// A registry holding every built-in plugin type. Defined beside the plugins (not in `registry`) so
+    /// the registry stays a contract the plugins build on, without knowing them.
+    pub fn with_builtins() -> Self {
+        let mut r = Self::new();
+        register_all(&mut r);
+        r
+    }
+}
+
 /// Registers every built-in plugin type.
 pub fn register_all(registry: &mut Registry) {
     registry.register(queue_scorer::TYPE_NAME, queue_scorer::factory);
