@@ -97,7 +97,7 @@ async fn header_only_request_is_routed_by_load() {
 }
 
 #[tokio::test]
-async fn subset_hint_restricts_candidates_and_an_empty_subset_is_503() {
+async fn subset_hint_restricts_candidates_an_empty_subset_is_503_and_a_malformed_one_400() {
     let (idle, busy) = two_servers().await;
     let epp = start_epp(&[busy.addr, idle.addr], &[]).await;
 
@@ -118,6 +118,14 @@ async fn subset_hint_restricts_candidates_and_an_empty_subset_is_503() {
         text,
         "inference error: ServiceUnavailable - failed to find endpoint candidates for serving the request"
     );
+
+    // A malformed entry is the gateway's mistake, named in a 400 (not silently dropped into a 503).
+    let mut s = Stream::open(&epp).await;
+    s.send(with_subset(request_headers(&as_refs(&hs), false, None), &[&busy_addr, "pod-a"])).await;
+    s.send(body(COMPLETION, true)).await;
+    let (status, text) = immediate_of(&s.recv().await);
+    assert_eq!(status, 400);
+    assert!(text.contains("invalid endpoint subset entry \"pod-a\""), "{text}");
     epp.shutdown().await;
 }
 

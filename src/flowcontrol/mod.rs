@@ -36,9 +36,6 @@ pub use shared::{DispatchTicket, DispatchWaker};
 /// The detector contracts are scheduling's (detectors are plugins); re-exported for flow control's users.
 pub use crate::scheduling::{PendingLoad, SaturationDetector};
 
-use crate::error::RequestError;
-use crate::scheduling::{Candidate, SchedulingRequest};
-
 /// The admission stage: one of two exclusive modes.
 #[derive(Clone)]
 pub enum Admission {
@@ -86,18 +83,13 @@ impl Admission {
         }
     }
 
-    /// The legacy rule: admits or sheds the request given its candidates. In flow-control mode this
-    /// admits everything (negative priorities are queued, not shed).
-    pub async fn admit(
-        &self,
-        req: &SchedulingRequest<'_>,
-        candidates: &[Candidate],
-    ) -> Result<(), RequestError> {
-        let Admission::Legacy { detector: Some(detector) } = self else { return Ok(()) };
-        if req.priority < 0 && detector.saturation(candidates, req.now) >= 1.0 {
-            return Err(RequestError::exhausted("system saturated, sheddable request dropped"));
+    /// The detector legacy admission sheds with (`director::decide` applies the rule); `None` with flow
+    /// control, which queues sheddable requests instead, or when no detector is configured.
+    pub fn shedding_detector(&self) -> Option<&dyn SaturationDetector> {
+        match self {
+            Admission::Legacy { detector } => detector.as_deref(),
+            Admission::FlowControl(_) => None,
         }
-        Ok(())
     }
 }
 

@@ -13,6 +13,7 @@ use crate::datastore::{Datastore, Endpoint};
 use crate::datastore::{SubsetHint, SubsetMatch};
 use crate::flowcontrol::settings::{FairnessPolicy, FlowControlConfig, OrderingPolicy, PriorityBand};
 use crate::metrics::{EppMetrics, RequestLabels};
+use crate::scheduling::Candidate;
 
 /// Saturated while `pending.requests >= limit`; candidate sets containing a "hot" endpoint are always
 /// saturated.
@@ -386,33 +387,10 @@ async fn close_fails_queued_requests_and_rejects_new_ones() {
     assert_eq!(h.sample("llm_d_epp_flow_control_queue_size", &[("fairness_id", "t")]), Some(0.0));
 }
 
-#[tokio::test]
-async fn legacy_admission_sheds_only_sheddable_requests_when_saturated() {
-    let detector = Arc::new(SteeredDetector::default());
-    let admission = Admission::legacy(Some(detector.clone()));
-    let headers = crate::request::Headers::default();
-    let mut req = SchedulingRequest {
-        request_id: "r",
-        target_model: "m",
-        headers: &headers,
-        body: &[],
-        parsed: None,
-        priority: -1,
-        fairness_id: "f",
-        input_tokens: 0,
-        estimated_tokens: 0,
-        now: Instant::now(),
-    };
-    let err = admission.admit(&req, &[]).await.unwrap_err();
-    assert_eq!(err.message, "system saturated, sheddable request dropped");
-    assert_eq!(err.code.http_status(), 429);
-    detector.limit.store(1, Ordering::SeqCst);
-    admission.admit(&req, &[]).await.expect("not saturated");
-    detector.limit.store(0, Ordering::SeqCst);
-    req.priority = 0;
-    admission.admit(&req, &[]).await.expect("non-sheddable");
-    Admission::legacy(None)
-        .admit(&SchedulingRequest { priority: -1, ..req }, &[])
-        .await
-        .expect("no detector");
+#[test]
+fn only_legacy_admission_has_a_shedding_detector() {
+    let detector: Arc<dyn SaturationDetector> = Arc::new(SteeredDetector::default());
+    assert!(Admission::legacy(Some(detector)).shedding_detector().is_some());
+    assert!(Admission::legacy(None).shedding_detector().is_none());
+    assert!(Admission::default().shedding_detector().is_none());
 }

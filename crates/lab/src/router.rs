@@ -4,9 +4,9 @@
 //!
 //! Why the baselines live here rather than as plugins: round-robin needs state across requests that no
 //! scheduling plugin keeps, and a baseline should not pay for (or be helped by) producers it ignores.
-//! The pipeline path does what the director does for a request: estimate tokens, build candidates
-//! from the endpoints' last-scraped telemetry, prepare → admit → schedule → pre-request, and later
-//! the response hooks and `on_complete`, all at virtual time.
+//! The pipeline path estimates tokens, builds candidates from the endpoints' last-scraped telemetry and
+//! calls the server's own decision step, `epp::director::decide` (producers → admitters → profiles →
+//! pre-request), then later the response hooks and `on_complete`, all at virtual time.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,6 +16,7 @@ use rand::{Rng, SeedableRng};
 
 use epp::config::{self, LoadedConfig};
 use epp::datastore::{Datastore, Endpoint};
+use epp::director::decide;
 use epp::metrics::EppMetrics;
 use epp::request::{Headers, ParsedRequest, TokenEstimator};
 use epp::scheduling::{
@@ -183,29 +184,15 @@ impl PipelineRouter {
         };
         self.candidates.clear();
         self.candidates.extend(endpoints.iter().cloned().map(Candidate::new));
-        let obs = &NoopObserver;
-        self.pipeline.prepare(&sreq, &mut self.candidates, obs);
-        self.pipeline
-            .admit(&sreq, &self.candidates, obs)
-            .map_err(|(id, reason)| format!("denied by {}: {reason}", id.name))?;
-        let result =
-            self.pipeline.schedule(&sreq, &self.candidates, &mut self.rng, obs).map_err(|e| e.to_string())?;
-        let target = result.targets().first().cloned().ok_or("the scheduler returned no target")?;
+        // The server's own decision step (no shedding: the lab models neither flow control nor
+        // saturation-based admission).
+        let decision =
+            decide(&self.pipeline, None, &sreq, &mut self.candidates, &mut self.rng, &NoopObserver)
+                .map_err(|refusal| refusal.to_string())?;
         let replica = endpoints
             .iter()
-            .position(|e| Arc::ptr_eq(e, &target))
-            .ok_or_else(|| format!("the scheduler picked an unknown endpoint {}", target.name))?;
-        let info = DispatchInfo {
-            request_id: req.request_id.to_string(),
-            target_model: req.parsed.model.clone(),
-            fairness_id: epp::wire::DEFAULT_FAIRNESS_ID.to_string(),
-            priority: req.priority,
-            endpoint: target,
-            input_tokens,
-            estimated_tokens,
-            dispatched_at: req.now,
-        };
-        self.pipeline.pre_request(&sreq, &result, &info, obs);
-        Ok(Routed { replica, dispatch: Some(info) })
+            .position(|e| Arc::ptr_eq(e, decision.primary()))
+            .ok_or_else(|| format!("the scheduler picked an unknown endpoint {}", decision.primary().name))?;
+        Ok(Routed { replica, dispatch: Some(decision.dispatch) })
     }
 }

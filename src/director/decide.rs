@@ -1,0 +1,100 @@
+//! The decision: given a request and its candidates' telemetry snapshot, which endpoint serves it.
+//!
+//! Synchronous and pure: no lock, no I/O, and no clock but the request's `now`, so the same function runs
+//! in the server (between flow control and the answer) and in the virtual-time lab (at simulated time).
+//! In order: legacy shedding (a sheddable request while the detector reports saturation), the data
+//! producers, the admitters, the scheduling profiles and picker, then the pre-request hooks, which record
+//! the dispatch in the plugins' own state (in-flight counts, the prefix index).
+
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+
+use crate::datastore::Endpoint;
+use crate::error::RequestError;
+use crate::scheduling::{
+    Candidate, DispatchInfo, Observer, Pipeline, SaturationDetector, SchedulingRequest, SchedulingResult,
+};
+
+/// A decided request: the scheduling result and the dispatch record the response hooks will see.
+#[derive(Debug)]
+pub struct Decision {
+    pub result: SchedulingResult,
+    pub dispatch: DispatchInfo,
+}
+
+impl Decision {
+    /// The endpoint the request goes to first.
+    pub fn primary(&self) -> &Arc<Endpoint> {
+        &self.dispatch.endpoint
+    }
+}
+
+/// Why no endpoint was decided.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Legacy admission: a sheddable request while its candidates are saturated.
+    #[error("system saturated, sheddable request dropped")]
+    Shed,
+    /// An admitter plugin refused the request.
+    #[error("request cannot be admitted by {plugin}: {reason}")]
+    NotAdmitted { plugin: String, reason: String },
+    /// Every candidate was filtered out, or none could be picked.
+    #[error("failed to find target endpoint: {0}")]
+    NoEndpoint(String),
+    /// The pipeline finished without a target (a plugin bug, not the request's fault).
+    #[error("scheduler returned no target")]
+    NoTarget,
+}
+
+impl Refusal {
+    /// The error the client gets: 429 for load (shed, nothing schedulable), 500 for the rest.
+    pub fn into_request_error(self) -> RequestError {
+        match self {
+            Refusal::Shed | Refusal::NoEndpoint(_) => RequestError::exhausted(self.to_string()),
+            Refusal::NotAdmitted { .. } | Refusal::NoTarget => RequestError::internal(self.to_string()),
+        }
+    }
+
+    /// Whether a scheduling cycle ran and failed (counted as a failed scheduler attempt).
+    pub fn is_scheduling_failure(&self) -> bool {
+        matches!(self, Refusal::NoEndpoint(_))
+    }
+}
+
+/// Decides where `req` goes among `candidates` (whose per-request attributes the producers fill in).
+/// `shedding` is the legacy admission detector, `None` with flow control (which queued the request
+/// instead) or when nothing is shed.
+pub fn decide(
+    pipeline: &Pipeline,
+    shedding: Option<&dyn SaturationDetector>,
+    req: &SchedulingRequest<'_>,
+    candidates: &mut [Candidate],
+    rng: &mut SmallRng,
+    observer: &dyn Observer,
+) -> Result<Decision, Refusal> {
+    if let Some(detector) = shedding {
+        if req.priority < 0 && detector.saturation(candidates, req.now) >= 1.0 {
+            return Err(Refusal::Shed);
+        }
+    }
+    pipeline.prepare(req, candidates, observer);
+    pipeline
+        .admit(req, candidates, observer)
+        .map_err(|(id, reason)| Refusal::NotAdmitted { plugin: id.name, reason })?;
+    let result =
+        pipeline.schedule(req, candidates, rng, observer).map_err(|e| Refusal::NoEndpoint(e.to_string()))?;
+    let endpoint = result.targets().first().cloned().ok_or(Refusal::NoTarget)?;
+    let dispatch = DispatchInfo {
+        request_id: req.request_id.to_string(),
+        target_model: req.target_model.to_string(),
+        fairness_id: req.fairness_id.to_string(),
+        priority: req.priority,
+        endpoint,
+        input_tokens: req.input_tokens,
+        estimated_tokens: req.estimated_tokens,
+        dispatched_at: req.now,
+    };
+    pipeline.pre_request(req, &result, &dispatch, observer);
+    Ok(Decision { result, dispatch })
+}

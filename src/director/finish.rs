@@ -1,0 +1,101 @@
+//! The last step: turn a decision into the routing answer and start the request's lifecycle.
+//!
+//! The destination list (primary, then fallbacks), headers to set (a generated `x-request-id`) and to
+//! remove (client-sent control headers), the forwarded body's length, the optional scores, the body with
+//! its `model` spliced when rewritten, and the [`ActiveRequest`] that completes the request exactly once.
+
+use std::time::Instant;
+
+use super::{ActiveRequest, Decision, Director, IncomingRequest, Prepared, Routed, RoutingMutation};
+use crate::flowcontrol::DispatchTicket;
+use crate::request::splice_model;
+use crate::scheduling::{ProfileRunResult, SchedulingResult};
+use crate::wire::{CONTROL_HEADERS, DESTINATION_KEY, REQUEST_ID_HEADER};
+
+impl Director {
+    /// Builds the answer for a decided request and registers it as running; `ticket` (flow control's
+    /// proof of dispatch) is released only then, so its load is never counted twice or not at all.
+    pub fn finish(
+        &self,
+        req: &IncomingRequest,
+        prepared: Prepared,
+        decision: Decision,
+        ticket: Option<DispatchTicket>,
+        processing_started: Instant,
+    ) -> Routed {
+        let Prepared { labels, parsed, .. } = prepared;
+        let new_body = match &parsed {
+            Some(p) if p.model != labels.target_model_name => {
+                Some(splice_model(&req.body, p.model_span.clone(), &labels.target_model_name))
+            }
+            _ => None,
+        };
+        let content_length = new_body.as_ref().map_or(req.body.len(), Vec::len);
+        let mutation = routing_mutation(req, &decision.result, content_length, self.options.emit_scores);
+        tracing::debug!(
+            request_id = %req.request_id,
+            model = %labels.model_name,
+            target_model = %labels.target_model_name,
+            destination = %mutation.destination,
+            scores = ?decision.result.primary().map(|r| r.scores.iter().map(|(e, s)| (e.host_port.as_str(), *s)).collect::<Vec<_>>()),
+            "scheduled"
+        );
+        self.metrics.record_request(labels.as_labels(), req.body.len());
+        let incoming_model = labels.model_name.clone();
+        let target_model = labels.target_model_name.clone();
+        let active = ActiveRequest::start(
+            self.pipeline.clone(),
+            self.metrics.clone(),
+            self.observer.clone(),
+            decision.dispatch,
+            labels,
+            req.received_at.unwrap_or(processing_started),
+            self.admission.flow_controller().map(|fc| fc.waker()),
+        );
+        // Now running (and counted by whatever tracks in-flight load): no longer pending.
+        drop(ticket);
+        Routed {
+            mutation,
+            new_body,
+            active,
+            stream: parsed.as_ref().is_some_and(|p| p.stream),
+            incoming_model,
+            target_model,
+        }
+    }
+}
+
+/// What the gateway sets and removes upstream for `result`.
+pub fn routing_mutation(
+    req: &IncomingRequest,
+    result: &SchedulingResult,
+    content_length: usize,
+    emit_scores: bool,
+) -> RoutingMutation {
+    let targets = result.targets();
+    let mut destination = String::with_capacity(targets.len() * 22);
+    for (i, t) in targets.iter().enumerate() {
+        if i > 0 {
+            destination.push(',');
+        }
+        destination.push_str(&t.host_port);
+    }
+    let mut set_headers = Vec::new();
+    if req.generated_id {
+        set_headers.push((REQUEST_ID_HEADER.to_string(), req.request_id.clone()));
+    }
+    // The destination header is overwritten (set), so it need not be removed too.
+    let remove_headers = CONTROL_HEADERS
+        .iter()
+        .filter(|h| **h != DESTINATION_KEY && req.headers.contains(h))
+        .map(|h| h.to_string())
+        .collect();
+    let scores = if emit_scores { result.primary().map(scores_json) } else { None };
+    RoutingMutation { destination, set_headers, remove_headers, content_length, scores }
+}
+
+fn scores_json(r: &ProfileRunResult) -> String {
+    let map: serde_json::Map<String, serde_json::Value> =
+        r.scores.iter().map(|(e, s)| (e.host_port.clone(), serde_json::json!(s))).collect();
+    serde_json::Value::Object(map).to_string()
+}

@@ -1,0 +1,83 @@
+//! The first step: everything the director learns from the request itself, before any waiting.
+//!
+//! Synchronous and cheap: reject what cannot be routed (a malformed subset hint, a body that is not the
+//! API it claims), parse the body once, apply the model rewrite (the client's header, then the weighted
+//! rules), read the objective's priority and the fairness id, and estimate the tokens.
+
+use rand::rngs::SmallRng;
+
+use super::{Director, IncomingRequest, OwnedLabels, Rejection};
+use crate::error::RequestError;
+use crate::request::{parse_request, Headers, ParsedRequest};
+use crate::wire::{DEFAULT_FAIRNESS_ID, FAIRNESS_HEADER, MODEL_REWRITE_HEADER, OBJECTIVE_HEADER};
+
+/// A request the director has read: labels, the parsed body and the token estimate.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// Model, target model, priority and fairness id, as the metrics label the request.
+    pub labels: OwnedLabels,
+    /// The parsed body; `None` for header-only requests and with the passthrough parser.
+    pub parsed: Option<ParsedRequest>,
+    /// Estimated prompt tokens.
+    pub input_tokens: u64,
+    /// Estimated prompt + output tokens.
+    pub estimated_tokens: u64,
+}
+
+impl Prepared {
+    /// The `model` the client asked for (empty when the body was not parsed).
+    pub fn incoming_model(&self) -> &str {
+        &self.labels.model_name
+    }
+
+    /// The model the request is served as.
+    pub fn target_model(&self) -> &str {
+        &self.labels.target_model_name
+    }
+}
+
+impl Director {
+    /// Reads `req`: the [`Prepared`] request, or why it cannot be routed at all (always a 400 here).
+    pub fn prepare(&self, req: &IncomingRequest, rng: &mut SmallRng) -> Result<Prepared, Rejection> {
+        let mut labels = OwnedLabels {
+            fairness_id: req.headers.get(FAIRNESS_HEADER).unwrap_or(DEFAULT_FAIRNESS_ID).to_string(),
+            ..Default::default()
+        };
+        if let Some(invalid) = &req.invalid_subset {
+            return Err((RequestError::bad_request(invalid.to_string()), labels));
+        }
+        let parsed = if req.header_only || !self.options.parse_bodies {
+            None
+        } else {
+            match parse_request(&req.path, &req.body) {
+                Ok(parsed) => Some(parsed),
+                Err(e) => return Err((e, labels)),
+            }
+        };
+        let incoming_model = parsed.as_ref().map(|p| p.model.clone()).unwrap_or_default();
+        labels.target_model_name = self.target_model(&incoming_model, &req.headers, rng);
+        labels.model_name = incoming_model;
+        labels.priority = req
+            .headers
+            .get(OBJECTIVE_HEADER)
+            .and_then(|o| self.options.objectives.get(o).copied())
+            .unwrap_or(0);
+        let (input_tokens, estimated_tokens) =
+            self.options.token_estimator.estimate(req.body.len(), parsed.as_ref());
+        Ok(Prepared { labels, parsed, input_tokens, estimated_tokens })
+    }
+
+    /// The model to serve: the client's rewrite header if set, then the first weighted rule for the
+    /// incoming model, if any.
+    fn target_model(&self, incoming: &str, headers: &Headers, rng: &mut SmallRng) -> String {
+        let mut target =
+            headers.get(MODEL_REWRITE_HEADER).filter(|m| !m.is_empty()).unwrap_or(incoming).to_string();
+        if let Some(rule) = self.options.rewrites.iter().find(|r| r.match_model == incoming) {
+            if let Some(picked) = rule.pick(rng) {
+                self.metrics.record_model_rewrite(&rule.name, incoming, picked);
+                target = picked.to_string();
+            }
+        }
+        target
+    }
+}

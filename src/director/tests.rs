@@ -1,0 +1,248 @@
+//! The director's steps one at a time: `prepare` (400s, rewrite, labels), `decide` (shedding, filtering,
+//! the dispatch record), `finish` (the answer), and `route` over all of them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use super::*;
+use crate::config;
+use crate::datastore::{Endpoint, EndpointMetrics};
+use crate::error::ErrorCode;
+use crate::scheduling::{FactoryContext, NoopObserver, PendingLoad, Registry, SaturationDetector};
+
+const CHAT: &str = "/v1/chat/completions";
+
+/// Saturated while `full` is set.
+#[derive(Default)]
+struct Switch {
+    full: AtomicBool,
+}
+
+impl SaturationDetector for Switch {
+    fn saturation(&self, _candidates: &[Candidate], _now: Instant) -> f64 {
+        if self.full.load(Ordering::SeqCst) {
+            1.0
+        } else {
+            0.0
+        }
+    }
+
+    fn saturation_with_pending(&self, c: &[Candidate], now: Instant, _pending: PendingLoad) -> f64 {
+        self.saturation(c, now)
+    }
+}
+
+fn director_with(yaml: Option<&str>, options: DirectorOptions) -> Director {
+    let datastore = Arc::new(Datastore::new("test"));
+    let metrics = Arc::new(EppMetrics::new("test"));
+    let ctx = FactoryContext { datastore: datastore.clone(), metrics: metrics.clone() };
+    let registry = Registry::with_builtins();
+    let loaded = match yaml {
+        Some(yaml) => config::load(yaml, &registry, &ctx),
+        None => config::load_default(&registry, &ctx),
+    }
+    .expect("config loads");
+    datastore.set_endpoints(vec![
+        Endpoint::new("a", "10.0.0.1:8000".parse().unwrap()),
+        Endpoint::new("b", "10.0.0.2:8000".parse().unwrap()),
+    ]);
+    for (i, ep) in datastore.endpoints().iter().enumerate() {
+        ep.update_metrics(EndpointMetrics {
+            // Endpoint b is idle, a is busy: the default profile picks b.
+            waiting_queue_size: if i == 0 { 9 } else { 0 },
+            update_time: Some(Instant::now()),
+            ..Default::default()
+        });
+    }
+    Director::new(
+        datastore,
+        Arc::new(loaded.pipeline),
+        Admission::default(),
+        metrics,
+        Arc::new(NoopObserver),
+        options,
+    )
+}
+
+fn director() -> Director {
+    director_with(None, DirectorOptions { parse_bodies: true, ..Default::default() })
+}
+
+fn request(body: &str, headers: &[(&str, &str)]) -> IncomingRequest {
+    IncomingRequest {
+        request_id: "r1".into(),
+        headers: headers.iter().copied().collect(),
+        path: CHAT.into(),
+        body: body.as_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
+const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"hello there"}]}"#;
+
+fn rng() -> SmallRng {
+    SmallRng::seed_from_u64(7)
+}
+
+fn scheduling_request<'a>(req: &'a IncomingRequest, prepared: &'a Prepared) -> SchedulingRequest<'a> {
+    SchedulingRequest {
+        request_id: &req.request_id,
+        target_model: prepared.target_model(),
+        headers: &req.headers,
+        body: &req.body,
+        parsed: prepared.parsed.as_ref(),
+        priority: prepared.labels.priority,
+        fairness_id: &prepared.labels.fairness_id,
+        input_tokens: prepared.input_tokens,
+        estimated_tokens: prepared.estimated_tokens,
+        now: Instant::now(),
+    }
+}
+
+#[test]
+fn prepare_reads_labels_rewrite_and_tokens() {
+    let mut options = DirectorOptions { parse_bodies: true, ..Default::default() };
+    options.objectives.insert("batch".into(), -1);
+    let d = director_with(None, options);
+    let req = request(
+        BODY,
+        &[("x-gateway-inference-objective", "batch"), ("x-gateway-model-name-rewrite", "m-v2")],
+    );
+    let p = d.prepare(&req, &mut rng()).expect("prepared");
+    assert_eq!((p.incoming_model(), p.target_model()), ("m", "m-v2"));
+    assert_eq!(p.labels.priority, -1);
+    assert_eq!(p.labels.fairness_id, crate::wire::DEFAULT_FAIRNESS_ID);
+    assert!(p.input_tokens > 0 && p.estimated_tokens >= p.input_tokens);
+    assert_eq!(p.parsed.as_ref().map(|p| p.model.as_str()), Some("m"));
+}
+
+#[test]
+fn prepare_rejects_a_bad_body_and_a_malformed_subset_with_400() {
+    let d = director();
+    let (err, labels) = d
+        .prepare(&request("{not json", &[("x-gateway-inference-fairness-id", "t")]), &mut rng())
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::BadRequest);
+    assert_eq!(labels.fairness_id, "t");
+    let mut req = request(BODY, &[]);
+    req.invalid_subset = SubsetHint::parse(["pod-a"]).err();
+    let (err, _) = d.prepare(&req, &mut rng()).unwrap_err();
+    assert_eq!(err.code.http_status(), 400);
+    assert!(err.message.contains("\"pod-a\""), "{}", err.message);
+}
+
+#[test]
+fn prepare_skips_parsing_for_header_only_requests() {
+    let d = director();
+    let mut req = request("", &[]);
+    req.header_only = true;
+    let p = d.prepare(&req, &mut rng()).expect("prepared");
+    assert!(p.parsed.is_none());
+    assert_eq!(p.incoming_model(), "");
+}
+
+#[test]
+fn decide_picks_the_idle_endpoint_and_records_the_dispatch() {
+    let d = director();
+    let req = request(BODY, &[]);
+    let prepared = d.prepare(&req, &mut rng()).unwrap();
+    let sreq = scheduling_request(&req, &prepared);
+    let mut candidates = d.candidates(&req).unwrap();
+    let decision = decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver).unwrap();
+    assert_eq!(decision.primary().name, "b");
+    assert_eq!(decision.dispatch.request_id, "r1");
+    assert_eq!(decision.dispatch.dispatched_at, sreq.now);
+    assert_eq!(decision.dispatch.estimated_tokens, prepared.estimated_tokens);
+}
+
+#[test]
+fn decide_sheds_only_sheddable_requests_while_saturated() {
+    let d = director();
+    let detector = Switch::default();
+    let req = request(BODY, &[]);
+    let prepared = d.prepare(&req, &mut rng()).unwrap();
+    let mut sreq = scheduling_request(&req, &prepared);
+    sreq.priority = -1;
+    let mut candidates = d.candidates(&req).unwrap();
+    detector.full.store(true, Ordering::SeqCst);
+    let refusal =
+        decide(d.pipeline(), Some(&detector), &sreq, &mut candidates, &mut rng(), &NoopObserver).unwrap_err();
+    assert_eq!(refusal, Refusal::Shed);
+    let err = refusal.into_request_error();
+    assert_eq!(
+        (err.code.http_status(), err.message.as_str()),
+        (429, "system saturated, sheddable request dropped")
+    );
+    sreq.priority = 0;
+    assert!(decide(d.pipeline(), Some(&detector), &sreq, &mut candidates, &mut rng(), &NoopObserver).is_ok());
+    sreq.priority = -1;
+    detector.full.store(false, Ordering::SeqCst);
+    assert!(decide(d.pipeline(), Some(&detector), &sreq, &mut candidates, &mut rng(), &NoopObserver).is_ok());
+    detector.full.store(true, Ordering::SeqCst);
+    assert!(decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver).is_ok());
+}
+
+#[test]
+fn decide_refuses_with_429_when_every_endpoint_is_filtered() {
+    let yaml = r#"
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: header-based-testing-filter
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: header-based-testing-filter
+  - pluginRef: max-score-picker
+"#;
+    let d = director_with(Some(yaml), DirectorOptions { parse_bodies: true, ..Default::default() });
+    let req = request(BODY, &[("test-epp-endpoint-selection", "10.9.9.9:8000")]);
+    let prepared = d.prepare(&req, &mut rng()).unwrap();
+    let sreq = scheduling_request(&req, &prepared);
+    let mut candidates = d.candidates(&req).unwrap();
+    let refusal = decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver).unwrap_err();
+    assert!(matches!(refusal, Refusal::NoEndpoint(_)) && refusal.is_scheduling_failure(), "{refusal:?}");
+    assert_eq!(refusal.into_request_error().code.http_status(), 429);
+}
+
+#[test]
+fn finish_builds_the_answer_and_splices_a_rewritten_model() {
+    let d = director();
+    let mut req = request(
+        BODY,
+        &[("x-gateway-model-name-rewrite", "m-v2"), ("x-gateway-destination-endpoint-subset", "x")],
+    );
+    req.generated_id = true;
+    let prepared = d.prepare(&req, &mut rng()).unwrap();
+    let sreq = scheduling_request(&req, &prepared);
+    let mut candidates = d.candidates(&req).unwrap();
+    let decision = decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver).unwrap();
+    let routed = d.finish(&req, prepared, decision, None, Instant::now());
+    let body = routed.new_body.as_deref().expect("rewritten body");
+    assert_eq!(std::str::from_utf8(body).unwrap(), BODY.replace("\"m\"", "\"m-v2\""));
+    assert_eq!(routed.mutation.destination, "10.0.0.2:8000");
+    assert_eq!(routed.mutation.content_length, body.len());
+    assert_eq!(routed.mutation.set_headers, vec![("x-request-id".to_string(), "r1".to_string())]);
+    assert_eq!(routed.mutation.remove_headers, vec!["x-gateway-destination-endpoint-subset".to_string()]);
+    assert_eq!((routed.incoming_model.as_str(), routed.target_model.as_str()), ("m", "m-v2"));
+    assert_eq!(d.metrics().running_requests(), 1);
+    drop(routed);
+    assert_eq!(d.metrics().running_requests(), 0, "the active request completes on drop");
+}
+
+#[tokio::test]
+async fn route_runs_the_steps_and_answers_errors_with_their_labels() {
+    let d = director();
+    let routed = d.route(&request(BODY, &[])).await.expect("routed");
+    assert_eq!(routed.mutation.destination, "10.0.0.2:8000");
+    assert!(routed.new_body.is_none(), "an unchanged body is forwarded as received");
+    let mut req = request(BODY, &[]);
+    req.subset = SubsetHint::parse(["10.7.7.7:8000"]).unwrap();
+    let (err, labels) = d.route(&req).await.unwrap_err();
+    assert_eq!((err.code.http_status(), labels.model_name.as_str()), (503, "m"));
+}
