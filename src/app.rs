@@ -239,7 +239,7 @@ impl Server {
         tasks.push(spawn_health_server(health_listener, health_service, shutdown_rx.clone()));
         tasks.push(spawn_metrics_server(metrics_listener, metrics.clone(), shutdown_rx.clone()));
 
-        let limits = StreamLimits { max_request_body: cli.max_request_body_bytes, ..Default::default() };
+        let limits = StreamLimits { max_request_body: cli.max_request_body_bytes };
         let service = ExtProcService::new(director, limits).into_server();
         let mut builder = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))

@@ -5,9 +5,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::Director;
 use crate::flowcontrol::DispatchWaker;
 use crate::metrics::{EppMetrics, RequestLabels};
-use crate::scheduling::{Completion, CompletionKind, DispatchInfo, Observer, Pipeline, Usage};
+use crate::request::{Headers, ResponseReader};
+use crate::scheduling::{Completion, CompletionKind, DispatchInfo, Observer, Pipeline};
 
 /// Owned copies of the labels a request's metrics carry.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,7 +42,8 @@ pub struct ActiveRequest {
     first_chunk_at: Option<Instant>,
     response_bytes: usize,
     status: Option<u16>,
-    streaming: bool,
+    /// Usage, SSE detection and the model name rewritten back.
+    response: ResponseReader,
     completed: bool,
     /// Wakes the flow controller's dispatcher when the request completes (capacity may have freed).
     dispatch_waker: Option<DispatchWaker>,
@@ -55,14 +58,17 @@ impl std::fmt::Debug for ActiveRequest {
 impl ActiveRequest {
     /// Registers the dispatch: counts the request as running. Called after `pre_request` ran.
     pub(crate) fn start(
-        pipeline: Arc<Pipeline>,
-        metrics: Arc<EppMetrics>,
-        observer: Arc<dyn Observer>,
+        director: &Director,
         info: DispatchInfo,
         labels: OwnedLabels,
         received_at: Instant,
-        dispatch_waker: Option<DispatchWaker>,
+        response: ResponseReader,
     ) -> Self {
+        let metrics = director.metrics.clone();
+        let pipeline = director.pipeline.clone();
+        let observer = director.observer.clone();
+        // Completions wake the flow controller's dispatcher (capacity may have freed).
+        let dispatch_waker = director.admission.flow_controller().map(|fc| fc.waker());
         metrics.running_inc(labels.as_labels());
         Self {
             pipeline,
@@ -74,51 +80,53 @@ impl ActiveRequest {
             first_chunk_at: None,
             response_bytes: 0,
             status: None,
-            streaming: false,
+            response,
             completed: false,
             dispatch_waker,
         }
     }
 
-    /// Response headers arrived; returns the headers response hooks want set on the response.
-    pub fn on_response_headers(
-        &mut self,
-        status: Option<u16>,
-        streaming: bool,
-        served: Option<&str>,
-    ) -> Vec<(String, String)> {
-        self.status = status;
-        self.streaming = streaming;
+    /// Response headers arrived (`served`: the endpoint Envoy reports it used); returns the headers the
+    /// response hooks want set on the response.
+    pub fn on_response_headers(&mut self, headers: &Headers, served: Option<&str>) -> Vec<(String, String)> {
+        self.status = self.response.on_headers(headers);
         let mut set = Vec::new();
-        self.pipeline.on_response_headers(&self.info, status, served, &mut set, self.observer.as_ref());
+        self.pipeline.on_response_headers(&self.info, self.status, served, &mut set, self.observer.as_ref());
         set
     }
 
-    /// A response body chunk passed through.
-    pub fn on_response_chunk(&mut self, chunk: &[u8], now: Instant) {
+    /// A response body chunk passes through; returns the chunk to forward instead when the model name
+    /// was rewritten back in it.
+    pub fn on_response_chunk(&mut self, chunk: &[u8], now: Instant) -> Option<Vec<u8>> {
         let first = self.first_chunk_at.is_none();
         if first {
             self.first_chunk_at = Some(now);
             self.metrics.record_ttft(
                 self.labels.as_labels(),
                 now.saturating_duration_since(self.received_at),
-                self.streaming,
+                self.response.streaming(),
             );
         }
         self.response_bytes += chunk.len();
         self.pipeline.on_response_chunk(&self.info, chunk, first, now, self.observer.as_ref());
+        self.response.on_chunk(chunk)
     }
 
     pub fn status(&self) -> Option<u16> {
         self.status
     }
 
-    /// Completes the request once; later calls (and the drop) do nothing.
-    pub fn complete(&mut self, kind: CompletionKind, usage: Option<Usage>) {
+    /// Completes the request once, with the usage the response carried when it finished; later calls
+    /// (and the drop) do nothing.
+    pub fn complete(&mut self, kind: CompletionKind) {
         if self.completed {
             return;
         }
         self.completed = true;
+        let usage = match kind {
+            CompletionKind::Finished => self.response.usage(),
+            CompletionKind::Aborted => None,
+        };
         let now = Instant::now();
         let completion = Completion { kind, status: self.status, usage, now };
         self.pipeline.on_complete(&self.info, &completion);
@@ -135,6 +143,6 @@ impl ActiveRequest {
 
 impl Drop for ActiveRequest {
     fn drop(&mut self) {
-        self.complete(CompletionKind::Aborted, None);
+        self.complete(CompletionKind::Aborted);
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::{ActiveRequest, Decision, Director, IncomingRequest, Prepared, Routed, RoutingMutation};
 use crate::flowcontrol::DispatchTicket;
-use crate::request::splice_model;
+use crate::request::{splice_model, ResponseReader};
 use crate::scheduling::{ProfileRunResult, SchedulingResult};
 use crate::wire::{CONTROL_HEADERS, DESTINATION_KEY, REQUEST_ID_HEADER};
 
@@ -44,24 +44,15 @@ impl Director {
         let incoming_model = labels.model_name.clone();
         let target_model = labels.target_model_name.clone();
         let active = ActiveRequest::start(
-            self.pipeline.clone(),
-            self.metrics.clone(),
-            self.observer.clone(),
+            self,
             decision.dispatch,
             labels,
             req.received_at.unwrap_or(processing_started),
-            self.admission.flow_controller().map(|fc| fc.waker()),
+            ResponseReader::new(parsed.as_ref().is_some_and(|p| p.stream), &incoming_model, &target_model),
         );
         // Now running (and counted by whatever tracks in-flight load): no longer pending.
         drop(ticket);
-        Routed {
-            mutation,
-            new_body,
-            active,
-            stream: parsed.as_ref().is_some_and(|p| p.stream),
-            incoming_model,
-            target_model,
-        }
+        Routed { mutation, new_body, active, incoming_model, target_model }
     }
 }
 

@@ -85,8 +85,6 @@ pub struct Routed {
     /// The rewritten body, only when the model was rewritten; otherwise the original bytes go upstream.
     pub new_body: Option<Vec<u8>>,
     pub active: ActiveRequest,
-    /// `"stream": true` in the request.
-    pub stream: bool,
     pub incoming_model: String,
     pub target_model: String,
 }

@@ -21,22 +21,20 @@ use super::envoy_msg::{body_mode, headers_of, served_endpoint, subset_hint, Body
 use super::responses;
 use crate::director::{Director, IncomingRequest, Routed};
 use crate::error::RequestError;
-use crate::request::{parse_usage_json, rewrite_response_model, UsageScanner};
 use crate::scheduling::CompletionKind;
 use crate::wire::REQUEST_ID_HEADER;
 
-/// Limits that protect epp from hostile or broken peers.
+/// Limits that protect epp from hostile or broken peers (the response side bounds its own buffers:
+/// `request::ResponseReader`).
 #[derive(Debug, Clone, Copy)]
 pub struct StreamLimits {
     /// Largest request body epp accepts.
     pub max_request_body: usize,
-    /// Most bytes of a non-streamed response kept to read `usage` from.
-    pub max_usage_buffer: usize,
 }
 
 impl Default for StreamLimits {
     fn default() -> Self {
-        Self { max_request_body: 64 << 20, max_usage_buffer: 4 << 20 }
+        Self { max_request_body: 64 << 20 }
     }
 }
 
@@ -53,10 +51,6 @@ enum Phase {
 /// The response-side state of a routed request.
 struct RoutedState {
     routed: Routed,
-    streaming_response: bool,
-    sse: UsageScanner,
-    json: Vec<u8>,
-    json_overflow: bool,
     response_headers_seen: bool,
 }
 
@@ -129,7 +123,7 @@ impl StreamHandler {
             } else {
                 CompletionKind::Aborted
             };
-            st.routed.active.complete(kind, None);
+            st.routed.active.complete(kind);
         }
     }
 
@@ -183,7 +177,7 @@ impl StreamHandler {
             }
             Msg::ResponseTrailers(_) => {
                 if let Some(st) = self.state.as_mut() {
-                    st_complete(st, CompletionKind::Finished);
+                    st.routed.active.complete(CompletionKind::Finished);
                 }
                 return self.send(responses::trailers(false)).await;
             }
@@ -305,14 +299,7 @@ impl StreamHandler {
             v
         };
         self.director.metrics().observe_request_processing(self.request_work);
-        self.state = Some(RoutedState {
-            streaming_response: routed.stream,
-            routed,
-            sse: UsageScanner::default(),
-            json: Vec::new(),
-            json_overflow: false,
-            response_headers_seen: false,
-        });
+        self.state = Some(RoutedState { routed, response_headers_seen: false });
         // The request body is no longer needed once forwarded.
         let body = std::mem::take(&mut self.req.body);
         let sent = self.send_all(answers).await;
@@ -331,21 +318,16 @@ impl StreamHandler {
         let Some(st) = self.state.as_mut() else {
             return self.send(responses::response_headers(&[])).await;
         };
-        let status = headers.get(":status").and_then(|s| s.parse::<u16>().ok());
-        if headers.get("content-type").is_some_and(|c| c.contains("text/event-stream")) {
-            st.streaming_response = true;
-        }
         st.response_headers_seen = true;
-        let set = st.routed.active.on_response_headers(status, st.streaming_response, served.as_deref());
+        let set = st.routed.active.on_response_headers(&headers, served.as_deref());
         if h.end_of_stream {
-            st_complete(st, CompletionKind::Finished);
+            st.routed.active.complete(CompletionKind::Finished);
         }
         self.send(responses::response_headers(&set)).await
     }
 
     async fn on_response_body(&mut self, b: HttpBody) -> Result<(), Closed> {
         let duplex = self.modes.response == BodySendMode::FullDuplexStreamed;
-        let max_usage = self.limits.max_usage_buffer;
         let Some(st) = self.state.as_mut() else {
             let answer = if duplex {
                 responses::streamed_body(&b.body, b.end_of_stream, false)
@@ -354,25 +336,9 @@ impl StreamHandler {
             };
             return self.send_all(answer).await;
         };
-        st.routed.active.on_response_chunk(&b.body, Instant::now());
-        if st.streaming_response {
-            st.sse.feed(&b.body);
-        } else if !st.json_overflow {
-            if st.json.len() + b.body.len() <= max_usage {
-                st.json.extend_from_slice(&b.body);
-            } else {
-                st.json_overflow = true;
-                st.json = Vec::new();
-            }
-        }
-        let rewritten =
-            if st.routed.target_model != st.routed.incoming_model && !st.routed.incoming_model.is_empty() {
-                rewrite_response_model(&b.body, &st.routed.target_model, &st.routed.incoming_model)
-            } else {
-                None
-            };
+        let rewritten = st.routed.active.on_response_chunk(&b.body, Instant::now());
         if b.end_of_stream {
-            st_complete(st, CompletionKind::Finished);
+            st.routed.active.complete(CompletionKind::Finished);
         }
         if duplex {
             let body = rewritten.as_deref().unwrap_or(&b.body);
@@ -381,11 +347,4 @@ impl StreamHandler {
             self.send(responses::continue_response_body(rewritten)).await
         }
     }
-}
-
-/// Completes the routed request with whatever usage the response carried.
-fn st_complete(st: &mut RoutedState, kind: CompletionKind) {
-    let usage = if st.streaming_response { st.sse.usage() } else { parse_usage_json(&st.json) };
-    st.routed.active.complete(kind, usage);
-    st.json = Vec::new();
 }

@@ -5,6 +5,7 @@
 mod headers;
 mod openai;
 mod prompt;
+mod response;
 mod rewrite;
 mod tokens;
 mod usage;
@@ -13,6 +14,7 @@ use std::ops::Range;
 
 pub use headers::Headers;
 pub use openai::{api_kind_for_path, parse_request};
+pub use response::{ResponseReader, MAX_USAGE_BUFFER};
 pub use rewrite::{rewrite_response_model, splice_model};
 pub use tokens::{TokenEstimator, TokenEstimatorError, TokenEstimatorParams};
 pub use usage::{parse_usage_json, Usage, UsageScanner};
