@@ -9,12 +9,13 @@ use std::time::Instant;
 use criterion::{criterion_group, criterion_main, Criterion};
 use epp::config;
 use epp::datastore::{Datastore, Endpoint, EndpointMetrics};
+use epp::director::DirectorMetrics;
 use epp::director::{Director, DirectorOptions, IncomingRequest};
 use epp::extproc::responses;
 use epp::flowcontrol::Admission;
-use epp::metrics::EppMetrics;
+use epp::metrics::MetricsRegistry;
 use epp::request::Headers;
-use epp::scheduling::{FactoryContext, NoopObserver, Registry};
+use epp::scheduling::{FactoryContext, NoopObserver, PluginMetrics, Registry};
 
 fn chat_body(bytes: usize) -> Vec<u8> {
     let sentence = "The quick brown fox \\\"jumps\\\" over the lazy dog; überraschung 日本語. ";
@@ -30,8 +31,8 @@ fn chat_body(bytes: usize) -> Vec<u8> {
 
 fn director(endpoints: usize) -> Director {
     let datastore = Arc::new(Datastore::new("bench"));
-    let metrics = Arc::new(EppMetrics::new("bench"));
-    let ctx = FactoryContext { datastore: datastore.clone(), metrics: metrics.clone() };
+    let registry = MetricsRegistry::new("bench");
+    let ctx = FactoryContext { datastore: datastore.clone(), metrics: PluginMetrics::register(&registry) };
     let loaded = config::load_default(&Registry::with_builtins(), &ctx).expect("default config loads");
     let eps = (0..endpoints)
         .map(|i| {
@@ -56,7 +57,7 @@ fn director(endpoints: usize) -> Director {
         datastore,
         Arc::new(loaded.pipeline),
         Admission::default(),
-        metrics,
+        DirectorMetrics::register(&registry),
         Arc::new(NoopObserver),
         options,
     )

@@ -14,12 +14,11 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use epp::datastore::{Datastore, Endpoint, EndpointMetrics};
-use epp::metrics::EppMetrics;
 use epp::request::{ApiKind, Headers, ParsedRequest};
 use epp::scheduling::plugins::prefix_block_hashes;
 use epp::scheduling::{
-    BuiltPlugin, Candidate, DispatchInfo, FactoryContext, NoopObserver, Pipeline, Profile, Registry,
-    SchedulingRequest, WeightedScorer,
+    BuiltPlugin, Candidate, DispatchInfo, FactoryContext, NoopObserver, Pipeline, PluginMetrics, Profile,
+    Registry, SchedulingRequest, WeightedScorer,
 };
 
 const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
@@ -121,7 +120,7 @@ fn gie_default_pipeline(ctx: &FactoryContext) -> Pipeline {
 /// routing 3 requests per prefix group through the pipeline itself.
 fn setup(n: usize) -> (Arc<Datastore>, Pipeline) {
     let ds = Arc::new(Datastore::new("bench"));
-    let ctx = FactoryContext { datastore: ds.clone(), metrics: Arc::new(EppMetrics::new("bench")) };
+    let ctx = FactoryContext { datastore: ds.clone(), metrics: PluginMetrics::detached() };
     let endpoints = (0..n)
         .map(|i| {
             let addr = SocketAddr::from((Ipv4Addr::new(10, 1, (i / 250) as u8, (i % 250) as u8 + 1), 8000));

@@ -18,16 +18,16 @@ use crate::cli::Cli;
 use crate::config::{self, LoadedConfig};
 use crate::datastore::SubsetMatch;
 use crate::datastore::{Datastore, Endpoint};
-use crate::director::{Director, DirectorOptions, RewriteRule};
-use crate::extproc::{health, tls, ExtProcService, StreamLimits};
+use crate::director::{Director, DirectorMetrics, DirectorOptions, RequestMetrics, RewriteRule};
+use crate::extproc::{health, tls, ExtProcService, OverheadMetrics, StreamLimits};
 use crate::flowcontrol::{
-    Admission, FlowController, FlowControllerParts, ObservedEndpointsDetector, SaturationDetector,
-    OBSERVED_ENDPOINTS_DETECTOR,
+    Admission, FlowControlMetrics, FlowController, FlowControllerParts, ObservedEndpointsDetector,
+    SaturationDetector, OBSERVED_ENDPOINTS_DETECTOR,
 };
-use crate::metrics::EppMetrics;
+use crate::metrics::MetricsRegistry;
 use crate::scheduling::observer::TimingObserver;
-use crate::scheduling::{FactoryContext, Observer, Registry};
-use crate::telemetry;
+use crate::scheduling::{FactoryContext, Observer, PluginMetrics, Registry};
+use crate::telemetry::{self, PoolMetrics};
 
 /// A running epp: bound addresses and the handle that stops it.
 pub struct Server {
@@ -35,7 +35,10 @@ pub struct Server {
     pub health_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
     pub datastore: Arc<Datastore>,
-    pub metrics: Arc<EppMetrics>,
+    /// Every component's families, as `/metrics` serves them.
+    pub metrics: Arc<MetricsRegistry>,
+    /// The per-request families (running requests, for tests and drain checks).
+    pub request_metrics: Arc<RequestMetrics>,
     /// The flow controller, when the `flowControl` feature gate is on.
     pub flow_controller: Option<FlowController>,
     shutdown: watch::Sender<bool>,
@@ -128,8 +131,10 @@ impl Server {
     pub async fn start_with(cli: Cli, hooks: ServerHooks) -> anyhow::Result<Self> {
         cli.validate().map_err(anyhow::Error::msg)?;
         let datastore = Arc::new(Datastore::new(cli.pool_name.clone()));
-        let metrics = Arc::new(EppMetrics::new(&cli.pool_name));
-        let ctx = FactoryContext { datastore: datastore.clone(), metrics: metrics.clone() };
+        // The composition root: each component registers its own families and gets only its handles.
+        let metrics = MetricsRegistry::new(&cli.pool_name);
+        let director_metrics = DirectorMetrics::register(&metrics);
+        let ctx = FactoryContext { datastore: datastore.clone(), metrics: PluginMetrics::register(&metrics) };
         let registry = Registry::with_builtins();
         let loaded = load_config(&cli, &registry, &ctx)?;
         let engines = Arc::new(engine_set(&loaded)?);
@@ -141,7 +146,7 @@ impl Server {
         pipeline.on_endpoints_removed(&changes.removed);
 
         let observer: Arc<dyn Observer> = {
-            let m = metrics.clone();
+            let m = director_metrics.scheduler.clone();
             Arc::new(TimingObserver::new(move |point, id, secs| {
                 m.observe_plugin(point.as_str(), id.type_name, &id.name, secs)
             }))
@@ -185,7 +190,7 @@ impl Server {
                 detector,
                 detector_name,
                 datastore: datastore.clone(),
-                metrics: metrics.clone(),
+                metrics: FlowControlMetrics::register(&metrics),
                 subset_match: options.subset_match,
             };
             FlowController::new(settings, parts)
@@ -198,7 +203,7 @@ impl Server {
             datastore.clone(),
             pipeline.clone(),
             admission,
-            metrics.clone(),
+            director_metrics.clone(),
             observer,
             options,
         ));
@@ -221,7 +226,12 @@ impl Server {
             ..Default::default()
         };
         tasks.push(telemetry::spawn_scrapers(datastore.clone(), scrape, shutdown_rx.clone())?);
-        tasks.push(spawn_pool_gauges(datastore.clone(), metrics.clone(), &cli, shutdown_rx.clone()));
+        tasks.push(spawn_pool_gauges(
+            datastore.clone(),
+            PoolMetrics::register(&metrics),
+            &cli,
+            shutdown_rx.clone(),
+        ));
 
         let bind = |port: u16| SocketAddr::new(cli.bind_address, port);
         let grpc_listener = TcpListener::bind(bind(cli.grpc_port)).await.context("binding --grpc-port")?;
@@ -240,7 +250,8 @@ impl Server {
         tasks.push(spawn_metrics_server(metrics_listener, metrics.clone(), shutdown_rx.clone()));
 
         let limits = StreamLimits { max_request_body: cli.max_request_body_bytes };
-        let service = ExtProcService::new(director, limits).into_server();
+        let service =
+            ExtProcService::new(director, limits, OverheadMetrics::register(&metrics)).into_server();
         let mut builder = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
@@ -264,6 +275,7 @@ impl Server {
             metrics_addr,
             datastore,
             metrics,
+            request_metrics: director_metrics.requests,
             flow_controller,
             shutdown,
             tasks,
@@ -294,7 +306,7 @@ impl Server {
 
 fn spawn_pool_gauges(
     datastore: Arc<Datastore>,
-    metrics: Arc<EppMetrics>,
+    metrics: Arc<PoolMetrics>,
     cli: &Cli,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
@@ -331,7 +343,7 @@ fn spawn_health_server(
 
 fn spawn_metrics_server(
     listener: TcpListener,
-    metrics: Arc<EppMetrics>,
+    metrics: Arc<MetricsRegistry>,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     use axum::{http::header, routing::get, Router};

@@ -22,8 +22,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response
 use epp::app::{Server, ServerHooks};
 use epp::cli::Cli;
 use epp::datastore::Endpoint;
+use epp::director::RequestMetrics;
 use epp::flowcontrol::{PendingLoad, SaturationDetector};
-use epp::metrics::EppMetrics;
 use epp::scheduling::Candidate;
 use grpc_support::*;
 use tokio::sync::mpsc;
@@ -38,7 +38,7 @@ const OBJECTIVES: &str = "objectives:\n- {name: low, priority: -1}\n- {name: hig
 #[derive(Default)]
 struct ConcurrencyLimit {
     limit: AtomicI64,
-    metrics: OnceLock<Arc<EppMetrics>>,
+    metrics: OnceLock<Arc<RequestMetrics>>,
 }
 
 impl SaturationDetector for ConcurrencyLimit {
@@ -87,7 +87,7 @@ impl Epp {
                 .then(|| ("test-limit".to_string(), detector.clone() as Arc<dyn SaturationDetector>)),
         };
         let server = Server::start_with(Cli::parse_from(args), hooks).await.expect("epp starts");
-        let _ = detector.metrics.set(server.metrics.clone());
+        let _ = detector.metrics.set(server.request_metrics.clone());
         wait_until(|| server.datastore.endpoints().iter().all(|e| e.metrics().update_time.is_some())).await;
         Self { server, detector }
     }

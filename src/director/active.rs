@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Director;
+use super::RequestMetrics;
 use crate::flowcontrol::DispatchWaker;
-use crate::metrics::{EppMetrics, RequestLabels};
+use crate::metrics::RequestLabels;
 use crate::request::{Headers, ResponseReader};
 use crate::scheduling::{Completion, CompletionKind, DispatchInfo, Observer, Pipeline};
 
@@ -34,7 +35,7 @@ impl OwnedLabels {
 /// A dispatched request's lifecycle handle.
 pub struct ActiveRequest {
     pipeline: Arc<Pipeline>,
-    metrics: Arc<EppMetrics>,
+    metrics: Arc<RequestMetrics>,
     observer: Arc<dyn Observer>,
     pub info: DispatchInfo,
     pub labels: OwnedLabels,

@@ -14,6 +14,8 @@
 mod active;
 mod decide;
 mod finish;
+mod metrics;
+mod metrics_names;
 mod mutation;
 mod prepare;
 mod rewrite;
@@ -30,6 +32,8 @@ use rand::SeedableRng;
 pub use active::{ActiveRequest, OwnedLabels};
 pub use decide::{decide, Decision, Refusal};
 pub use finish::routing_mutation;
+pub use metrics::RequestMetrics;
+
 pub use mutation::RoutingMutation;
 pub use prepare::Prepared;
 pub use rewrite::RewriteRule;
@@ -37,9 +41,9 @@ pub use rewrite::RewriteRule;
 use crate::datastore::{locate, Datastore, InvalidSubsetEntry, SubsetHint, SubsetMatch};
 use crate::error::RequestError;
 use crate::flowcontrol::{Admission, DispatchTicket, FlowRequest};
-use crate::metrics::EppMetrics;
+use crate::metrics::MetricsRegistry;
 use crate::request::{Headers, TokenEstimator};
-use crate::scheduling::{Candidate, Observer, Pipeline, SchedulingRequest};
+use crate::scheduling::{Candidate, Observer, Pipeline, SchedulerMetrics, SchedulingRequest};
 use crate::wire::SLO_TTFT_HEADERS;
 
 const NO_CANDIDATES: &str = "failed to find endpoint candidates for serving the request";
@@ -89,12 +93,27 @@ pub struct Routed {
     pub target_model: String,
 }
 
+/// The families the director records: per-request ones and the scheduler's.
+#[derive(Debug, Clone)]
+pub struct DirectorMetrics {
+    pub requests: Arc<RequestMetrics>,
+    pub scheduler: Arc<SchedulerMetrics>,
+}
+
+impl DirectorMetrics {
+    /// Creates both components' families and registers them in `registry`.
+    pub fn register(registry: &MetricsRegistry) -> Self {
+        Self { requests: RequestMetrics::register(registry), scheduler: SchedulerMetrics::register(registry) }
+    }
+}
+
 /// Orchestrates one request from parsed body to routing decision.
 pub struct Director {
     datastore: Arc<Datastore>,
     pipeline: Arc<Pipeline>,
     admission: Admission,
-    metrics: Arc<EppMetrics>,
+    metrics: Arc<RequestMetrics>,
+    scheduler_metrics: Arc<SchedulerMetrics>,
     observer: Arc<dyn Observer>,
     options: DirectorOptions,
 }
@@ -110,14 +129,24 @@ impl Director {
         datastore: Arc<Datastore>,
         pipeline: Arc<Pipeline>,
         admission: Admission,
-        metrics: Arc<EppMetrics>,
+        metrics: DirectorMetrics,
         observer: Arc<dyn Observer>,
         options: DirectorOptions,
     ) -> Self {
-        Self { datastore, pipeline, admission, metrics, observer, options }
+        let DirectorMetrics { requests, scheduler } = metrics;
+        Self {
+            datastore,
+            pipeline,
+            admission,
+            metrics: requests,
+            scheduler_metrics: scheduler,
+            observer,
+            options,
+        }
     }
 
-    pub fn metrics(&self) -> &Arc<EppMetrics> {
+    /// The per-request families (the wire layer counts rejections in them).
+    pub fn metrics(&self) -> &Arc<RequestMetrics> {
         &self.metrics
     }
 
@@ -154,12 +183,16 @@ impl Director {
         let elapsed = processing_started.elapsed();
         match decided {
             Ok(decision) => {
-                self.metrics.record_scheduling(elapsed, prepared.target_model(), Some(decision.primary()));
+                self.scheduler_metrics.record_scheduling(
+                    elapsed,
+                    prepared.target_model(),
+                    Some(decision.primary()),
+                );
                 Ok(self.finish(req, prepared, decision, ticket, processing_started))
             }
             Err(refusal) => {
                 if refusal.is_scheduling_failure() {
-                    self.metrics.record_scheduling(elapsed, prepared.target_model(), None);
+                    self.scheduler_metrics.record_scheduling(elapsed, prepared.target_model(), None);
                 }
                 Err(fail(refusal.into_request_error()))
             }

@@ -12,7 +12,9 @@ use super::*;
 use crate::config;
 use crate::datastore::{Endpoint, EndpointMetrics};
 use crate::error::ErrorCode;
-use crate::scheduling::{FactoryContext, NoopObserver, PendingLoad, Registry, SaturationDetector};
+use crate::scheduling::{
+    FactoryContext, NoopObserver, PendingLoad, PluginMetrics, Registry, SaturationDetector,
+};
 
 const CHAT: &str = "/v1/chat/completions";
 
@@ -38,8 +40,9 @@ impl SaturationDetector for Switch {
 
 fn director_with(yaml: Option<&str>, options: DirectorOptions) -> Director {
     let datastore = Arc::new(Datastore::new("test"));
-    let metrics = Arc::new(EppMetrics::new("test"));
-    let ctx = FactoryContext { datastore: datastore.clone(), metrics: metrics.clone() };
+    let registry = MetricsRegistry::new("test");
+    let metrics = DirectorMetrics::register(&registry);
+    let ctx = FactoryContext { datastore: datastore.clone(), metrics: PluginMetrics::register(&registry) };
     let registry = Registry::with_builtins();
     let loaded = match yaml {
         Some(yaml) => config::load(yaml, &registry, &ctx),

@@ -6,6 +6,7 @@
 
 pub mod envoy_msg;
 pub mod health;
+pub mod metrics;
 pub mod responses;
 pub mod stream;
 pub mod tls;
@@ -23,6 +24,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::director::Director;
+pub use metrics::OverheadMetrics;
 pub use stream::StreamLimits;
 
 /// The ext_proc service: each incoming stream gets its own [`stream::StreamHandler`] task.
@@ -30,11 +32,12 @@ pub use stream::StreamLimits;
 pub struct ExtProcService {
     director: Arc<Director>,
     limits: StreamLimits,
+    overhead: Arc<OverheadMetrics>,
 }
 
 impl ExtProcService {
-    pub fn new(director: Arc<Director>, limits: StreamLimits) -> Self {
-        Self { director, limits }
+    pub fn new(director: Arc<Director>, limits: StreamLimits, overhead: Arc<OverheadMetrics>) -> Self {
+        Self { director, limits, overhead }
     }
 
     /// The tonic server wrapper, with message size limits large enough for 64 KiB chunks and big prompts.
@@ -58,7 +61,8 @@ impl ExternalProcessor for ExtProcService {
         let inbound = request.into_inner();
         // Small buffer: answers are consumed by Envoy as fast as it reads them; back-pressure is wanted.
         let (tx, rx) = mpsc::channel(32);
-        let handler = stream::StreamHandler::new(self.director.clone(), self.limits, tx);
+        let handler =
+            stream::StreamHandler::new(self.director.clone(), self.overhead.clone(), self.limits, tx);
         tokio::spawn(handler.run(inbound));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::envoy_msg::{body_mode, headers_of, served_endpoint, subset_hint, BodyModes};
+use super::metrics::OverheadMetrics;
 use super::responses;
 use crate::director::{Director, IncomingRequest, Routed};
 use crate::error::RequestError;
@@ -59,6 +60,7 @@ type Tx = mpsc::Sender<Result<ProcessingResponse, Status>>;
 /// Handles one ext_proc stream.
 pub struct StreamHandler {
     director: Arc<Director>,
+    overhead: Arc<OverheadMetrics>,
     limits: StreamLimits,
     tx: Tx,
     modes: BodyModes,
@@ -74,9 +76,15 @@ pub struct StreamHandler {
 struct Closed;
 
 impl StreamHandler {
-    pub fn new(director: Arc<Director>, limits: StreamLimits, tx: Tx) -> Self {
+    pub fn new(
+        director: Arc<Director>,
+        overhead: Arc<OverheadMetrics>,
+        limits: StreamLimits,
+        tx: Tx,
+    ) -> Self {
         Self {
             director,
+            overhead,
             limits,
             tx,
             modes: BodyModes::default(),
@@ -167,12 +175,12 @@ impl StreamHandler {
             Msg::ResponseHeaders(h) => {
                 let served = served_endpoint(md);
                 let r = self.on_response_headers(h, served).await;
-                self.director.metrics().observe_response_processing(started.elapsed());
+                self.overhead.observe_response_processing(started.elapsed());
                 return r;
             }
             Msg::ResponseBody(b) => {
                 let r = self.on_response_body(b).await;
-                self.director.metrics().observe_response_processing(started.elapsed());
+                self.overhead.observe_response_processing(started.elapsed());
                 return r;
             }
             Msg::ResponseTrailers(_) => {
@@ -298,7 +306,7 @@ impl StreamHandler {
             v.extend(responses::streamed_body(body, !trailers_follow, true));
             v
         };
-        self.director.metrics().observe_request_processing(self.request_work);
+        self.overhead.observe_request_processing(self.request_work);
         self.state = Some(RoutedState { routed, response_headers_seen: false });
         // The request body is no longer needed once forwarded.
         let body = std::mem::take(&mut self.req.body);

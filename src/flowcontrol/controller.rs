@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::metrics::FlowControlMetrics;
 use super::outcome::{FlowError, Outcome, NOT_YET_FINALIZED};
 use super::policies::{order_key, OrderingInputs};
 use super::queue::{Queues, Slot};
@@ -31,7 +32,7 @@ use super::shared::{DispatchTicket, DispatchWaker, Shared, State, Waiter};
 use super::{PendingLoad, SaturationDetector};
 use crate::datastore::Datastore;
 use crate::datastore::{SubsetHint, SubsetMatch};
-use crate::metrics::{EppMetrics, RequestLabels};
+use crate::metrics::RequestLabels;
 
 /// What the controller is built from besides its settings.
 pub struct FlowControllerParts {
@@ -39,7 +40,7 @@ pub struct FlowControllerParts {
     /// The detector's plugin name (the `detector` label of the stale-endpoints gauge).
     pub detector_name: String,
     pub datastore: Arc<Datastore>,
-    pub metrics: Arc<EppMetrics>,
+    pub metrics: Arc<FlowControlMetrics>,
     /// How subset hints are matched, so dispatch gates on the same candidates the director will use.
     pub subset_match: SubsetMatch,
 }

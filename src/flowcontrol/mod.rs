@@ -16,6 +16,7 @@
 mod controller;
 mod dispatch;
 mod fallback;
+mod metrics;
 mod outcome;
 pub mod policies;
 pub mod queue;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 pub use controller::{FlowController, FlowControllerParts, FlowRequest};
 pub use dispatch::SAFETY_TICK;
 pub use fallback::{ObservedEndpointsDetector, OBSERVED_ENDPOINTS_DETECTOR};
+pub use metrics::{FlowControlMetrics, FlowQueueLabels};
 pub use outcome::{FlowError, Outcome, NOT_YET_FINALIZED};
 pub use settings::{
     FairnessPolicy, FlowControlConfig, OrderingPolicy, PriorityBand, UsageLimitPolicy, DEFAULT_BAND_MAX_BYTES,

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, Notify};
 
+use super::metrics::{FlowControlMetrics, FlowQueueLabels};
 use super::outcome::Outcome;
 use super::queue::{Queues, Slot};
 use super::{PendingLoad, SaturationDetector};
 use crate::datastore::{Datastore, SubsetHint, SubsetMatch};
-use crate::metrics::{EppMetrics, FlowQueueLabels};
 use crate::scheduling::Candidate;
 
 /// Wakes the dispatcher: on completions, telemetry updates and anything else that may free capacity.
@@ -55,7 +55,7 @@ pub(super) struct Shared {
     pub(super) detector: Arc<dyn SaturationDetector>,
     pub(super) detector_name: String,
     pub(super) datastore: Arc<Datastore>,
-    pub(super) metrics: Arc<EppMetrics>,
+    pub(super) metrics: Arc<FlowControlMetrics>,
     pub(super) subset_match: SubsetMatch,
     /// The static usage-limit ceiling, the same for every band.
     pub(super) ceiling: f64,

@@ -12,7 +12,7 @@ use super::*;
 use crate::datastore::{Datastore, Endpoint};
 use crate::datastore::{SubsetHint, SubsetMatch};
 use crate::flowcontrol::settings::{FairnessPolicy, FlowControlConfig, OrderingPolicy, PriorityBand};
-use crate::metrics::{EppMetrics, RequestLabels};
+use crate::metrics::{MetricsRegistry, RequestLabels};
 use crate::scheduling::Candidate;
 
 /// Saturated while `pending.requests >= limit`; candidate sets containing a "hot" endpoint are always
@@ -48,7 +48,7 @@ impl SaturationDetector for SteeredDetector {
 struct Harness {
     fc: FlowController,
     detector: Arc<SteeredDetector>,
-    metrics: Arc<EppMetrics>,
+    metrics: Arc<MetricsRegistry>,
     datastore: Arc<Datastore>,
     dispatcher: JoinHandle<()>,
 }
@@ -59,7 +59,7 @@ const EP_B: &str = "10.0.0.2:8000";
 impl Harness {
     fn new(config: FlowControlConfig) -> Self {
         let detector = Arc::new(SteeredDetector::default());
-        let metrics = Arc::new(EppMetrics::new("pool"));
+        let metrics = MetricsRegistry::new("pool");
         let datastore = Arc::new(Datastore::new("pool"));
         datastore.set_endpoints(vec![
             Endpoint::new("a", EP_A.parse().unwrap()),
@@ -71,7 +71,7 @@ impl Harness {
                 detector: detector.clone(),
                 detector_name: "steered".into(),
                 datastore: datastore.clone(),
-                metrics: metrics.clone(),
+                metrics: FlowControlMetrics::register(&metrics),
                 subset_match: SubsetMatch::Exact,
             },
         );

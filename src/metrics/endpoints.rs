@@ -1,24 +1,25 @@
-//! Per-endpoint series and the pool aggregates.
+//! The per-endpoint series index.
 //!
 //! Every series labelled with an endpoint (per-pod queue size, in-flight load, scheduler attempts) is
-//! tracked here, so that when the endpoint leaves the pool all of its series can be removed: a stale
-//! series keeps a KEDA `sum()` up forever (llm-d bug #2529), and pods come and go with fresh names, so
+//! recorded through here, so that when the endpoint leaves the pool all of its series can be removed: a
+//! stale series keeps a KEDA `sum()` up forever (llm-d bug #2529), and pods come and go with fresh names, so
 //! series that are never removed grow without bound. prometheus-client cannot list a family's label sets,
-//! so each endpoint remembers the producers and target models its series were recorded with.
+//! so each endpoint remembers the values its series were recorded with (notes), and each component that
+//! records per-endpoint series adds a [`Pruner`] that removes its own series of a departing endpoint.
 //!
-//! Lock order: the endpoint map, then an endpoint's sets, then a family. Series are recorded while the
+//! Lock order: the endpoint map, then an endpoint's notes, then a family. Series are recorded while the
 //! map's read lock is held and removed under its write lock, so a record racing a removal either lands
-//! before it (and is removed) or re-registers the endpoint (and is removed by the next `update_pool`).
+//! before it (and is removed) or re-registers the endpoint (and is removed by the next `retain`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::datastore::{Endpoint, EndpointMetrics};
 
-use super::buckets::FloatGauge;
-use super::families::Families;
-use super::labels::*;
+use super::labels::LabelValue;
+
+/// Removes one component's series of a departing endpoint.
+pub type Pruner = Box<dyn Fn(&TrackedEndpoint) + Send + Sync>;
 
 /// An endpoint some per-endpoint series were recorded for.
 #[derive(Debug)]
@@ -26,10 +27,9 @@ pub struct TrackedEndpoint {
     pub name: LabelValue,
     pub namespace: LabelValue,
     pub port: u16,
-    /// Producers that published in-flight load for it.
-    producers: RwLock<HashSet<LabelValue>>,
-    /// Target models it was picked for (scheduler attempts carry `target_model_name`).
-    targets: RwLock<HashSet<LabelValue>>,
+    /// `(kind, value)` label values its series were recorded with (e.g. the producers that published
+    /// in-flight load for it, the target models it was picked for).
+    notes: RwLock<HashSet<(&'static str, LabelValue)>>,
 }
 
 impl TrackedEndpoint {
@@ -38,8 +38,7 @@ impl TrackedEndpoint {
             name: LabelValue::new(&endpoint.name),
             namespace: LabelValue::new(&endpoint.namespace),
             port: endpoint.addr.port(),
-            producers: RwLock::default(),
-            targets: RwLock::default(),
+            notes: RwLock::default(),
         }
     }
 
@@ -47,77 +46,51 @@ impl TrackedEndpoint {
         self.port == endpoint.addr.port() && self.namespace.as_str() == endpoint.namespace
     }
 
-    /// Remembers `value` in `set` (cheap when already there, the common case).
-    fn note(set: &RwLock<HashSet<LabelValue>>, value: &LabelValue) {
-        if set.read().unwrap_or_else(PoisonError::into_inner).contains(value) {
+    /// Remembers that a series of `kind` was recorded with `value` (cheap when already noted, the common
+    /// case).
+    pub fn note(&self, kind: &'static str, value: &LabelValue) {
+        let key = (kind, value.clone());
+        if self.notes.read().unwrap_or_else(PoisonError::into_inner).contains(&key) {
             return;
         }
-        set.write().unwrap_or_else(PoisonError::into_inner).insert(value.clone());
+        self.notes.write().unwrap_or_else(PoisonError::into_inner).insert(key);
     }
 
-    pub fn note_producer(&self, producer: &LabelValue) {
-        Self::note(&self.producers, producer);
-    }
-
-    pub fn note_target(&self, target: &LabelValue) {
-        Self::note(&self.targets, target);
-    }
-
-    pub fn inflight_labels(&self, producer: &LabelValue) -> InflightLabels {
-        InflightLabels {
-            endpoint_name: self.name.clone(),
-            namespace: self.namespace.clone(),
-            producer_name: producer.clone(),
-            fairness_id: "",
-            priority: "",
-        }
-    }
-
-    pub fn attempt_labels(&self, target: &LabelValue) -> GieAttemptLabels {
-        GieAttemptLabels {
-            status: "success",
-            target_model_name: target.clone(),
-            pod_name: self.name.clone(),
-            namespace: self.namespace.clone(),
-            port: Some(self.port),
-        }
-    }
-
-    /// Removes every series recorded for this endpoint.
-    fn remove_series(&self, families: &Families, pool: &LabelValue) {
-        let (p, e) = (&families.pool, &families.epp);
-        p.gie_pod_queue.remove(&PodQueueLabels { name: pool.clone(), model_server_pod: self.name.clone() });
-        p.llmd_endpoint_queue
-            .remove(&EndpointQueueLabels { name: pool.clone(), model_server_endpoint: self.name.clone() });
-        for producer in self.producers.read().unwrap_or_else(PoisonError::into_inner).iter() {
-            let labels = self.inflight_labels(producer);
-            e.inflight_requests.remove(&labels);
-            e.inflight_tokens.remove(&labels);
-        }
-        for target in self.targets.read().unwrap_or_else(PoisonError::into_inner).iter() {
-            let labels = self.attempt_labels(target);
-            e.llmd_attempts.remove(&LlmdAttemptLabels::from(&labels));
-            e.gie_attempts.remove(&labels);
-        }
+    /// The values noted under `kind`.
+    pub fn noted(&self, kind: &'static str) -> Vec<LabelValue> {
+        let notes = self.notes.read().unwrap_or_else(PoisonError::into_inner);
+        notes.iter().filter(|(k, _)| *k == kind).map(|(_, v)| v.clone()).collect()
     }
 }
 
-/// The endpoints that currently have per-endpoint series, by name.
-#[derive(Debug, Default)]
+/// The endpoints that currently have per-endpoint series, by name, and the pruners that remove them.
+#[derive(Default)]
 pub struct EndpointSeries {
     by_name: RwLock<HashMap<LabelValue, TrackedEndpoint>>,
+    pruners: RwLock<Vec<Pruner>>,
+}
+
+impl std::fmt::Debug for EndpointSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointSeries").field("tracked", &self.tracked_names()).finish()
+    }
 }
 
 impl EndpointSeries {
+    /// Adds a component's pruner, run for every endpoint whose series are removed from now on.
+    pub fn add_pruner(&self, pruner: Pruner) {
+        self.pruners.write().unwrap_or_else(PoisonError::into_inner).push(pruner);
+    }
+
+    fn prune(&self, tracked: &TrackedEndpoint) {
+        for pruner in self.pruners.read().unwrap_or_else(PoisonError::into_inner).iter() {
+            pruner(tracked);
+        }
+    }
+
     /// Runs `record` with the tracked entry of `endpoint`, registering it first if needed. An entry with
     /// the same name but another namespace or port is a different endpoint: its series go first.
-    pub fn with<R>(
-        &self,
-        endpoint: &Endpoint,
-        families: &Families,
-        pool: &LabelValue,
-        record: impl FnOnce(&TrackedEndpoint) -> R,
-    ) -> R {
+    pub fn with<R>(&self, endpoint: &Endpoint, record: impl FnOnce(&TrackedEndpoint) -> R) -> R {
         {
             let map = self.by_name.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(tracked) = map.get(endpoint.name.as_str()).filter(|t| t.is(endpoint)) {
@@ -125,20 +98,19 @@ impl EndpointSeries {
             }
         }
         let mut map = self.by_name.write().unwrap_or_else(PoisonError::into_inner);
-        let tracked = Self::entry(&mut map, endpoint, families, pool);
+        let tracked = self.entry(&mut map, endpoint);
         record(tracked)
     }
 
     fn entry<'m>(
+        &self,
         map: &'m mut HashMap<LabelValue, TrackedEndpoint>,
         endpoint: &Endpoint,
-        families: &Families,
-        pool: &LabelValue,
     ) -> &'m TrackedEndpoint {
         let name = endpoint.name.as_str();
         if map.get(name).is_some_and(|t| !t.is(endpoint)) {
             if let Some(old) = map.remove(name) {
-                old.remove_series(families, pool);
+                self.prune(&old);
             }
         }
         if !map.contains_key(name) {
@@ -150,77 +122,34 @@ impl EndpointSeries {
 
     /// Removes the series of `endpoint`, unless a newer endpoint of the same name has taken over its
     /// entry (whose series then stay).
-    pub fn remove(&self, endpoint: &Endpoint, families: &Families, pool: &LabelValue) {
+    pub fn remove(&self, endpoint: &Endpoint) {
         let mut map = self.by_name.write().unwrap_or_else(PoisonError::into_inner);
         if map.get(endpoint.name.as_str()).is_some_and(|t| t.is(endpoint)) {
             if let Some(tracked) = map.remove(endpoint.name.as_str()) {
-                tracked.remove_series(families, pool);
+                self.prune(&tracked);
             }
         }
     }
 
-    /// Publishes the pool aggregates and per-endpoint queue sizes, and removes the series of every tracked
-    /// endpoint not in `endpoints`.
-    pub fn update_pool(
-        &self,
-        endpoints: &[std::sync::Arc<Endpoint>],
-        families: &Families,
-        pool: &LabelValue,
-        now: Instant,
-        staleness: Duration,
-    ) {
+    /// Removes the series of every tracked endpoint not in `endpoints`, then runs `record` for each of
+    /// `endpoints` with its (possibly new) entry, all under one lock.
+    pub fn retain(&self, endpoints: &[Arc<Endpoint>], mut record: impl FnMut(&Endpoint, &TrackedEndpoint)) {
         let mut map = self.by_name.write().unwrap_or_else(PoisonError::into_inner);
         let current: HashSet<&str> = endpoints.iter().map(|e| e.name.as_str()).collect();
         map.retain(|name, tracked| {
             let keep = current.contains(name.as_str());
             if !keep {
-                tracked.remove_series(families, pool);
+                self.prune(tracked);
             }
             keep
         });
-
-        let p = &families.pool;
-        let mut fresh: Vec<std::sync::Arc<EndpointMetrics>> = Vec::with_capacity(endpoints.len());
         for endpoint in endpoints {
-            let telemetry = endpoint.metrics();
-            let tracked = Self::entry(&mut map, endpoint, families, pool);
-            let queue = i64::try_from(telemetry.waiting_queue_size).unwrap_or(i64::MAX);
-            p.gie_pod_queue
-                .get_or_create(&PodQueueLabels { name: pool.clone(), model_server_pod: tracked.name.clone() })
-                .set(queue);
-            p.llmd_endpoint_queue
-                .get_or_create(&EndpointQueueLabels {
-                    name: pool.clone(),
-                    model_server_endpoint: tracked.name.clone(),
-                })
-                .set(queue);
-            if !telemetry.is_stale(now, staleness) {
-                fresh.push(telemetry);
-            }
+            let tracked = self.entry(&mut map, endpoint);
+            record(endpoint, tracked);
         }
-        drop(map);
-
-        let labels = PoolLabels { name: pool.clone() };
-        let ready = i64::try_from(fresh.len()).unwrap_or(i64::MAX);
-        p.gie_ready.get_or_create(&labels).set(ready);
-        p.llmd_ready.get_or_create(&labels).set(ready);
-        // As in the Go EPP, the aggregates keep their last values while no endpoint has fresh telemetry.
-        let Some(summary) = PoolSummary::of(&fresh) else { return };
-        let set = |family: &prometheus_client::metrics::family::Family<PoolLabels, FloatGauge>, v: f64| {
-            family.get_or_create(&labels).set(v);
-        };
-        set(&p.gie_avg_kv_cache, summary.kv_cache.mean);
-        set(&p.gie_avg_queue, summary.queue.mean);
-        set(&p.gie_avg_running, summary.running.mean);
-        set(&p.llmd_avg_kv_cache, summary.kv_cache.mean);
-        set(&p.llmd_avg_queue, summary.queue.mean);
-        set(&p.llmd_avg_running, summary.running.mean);
-        set(&p.llmd_std_kv_cache, summary.kv_cache.std_dev);
-        set(&p.llmd_std_queue, summary.queue.std_dev);
-        set(&p.llmd_std_running, summary.running.std_dev);
     }
 
-    #[cfg(test)]
+    /// The names of the tracked endpoints, sorted.
     pub fn tracked_names(&self) -> Vec<String> {
         let map = self.by_name.read().unwrap_or_else(PoisonError::into_inner);
         let mut names: Vec<String> = map.keys().map(|k| k.as_str().to_string()).collect();
@@ -264,7 +193,7 @@ pub struct PoolSummary {
 }
 
 impl PoolSummary {
-    pub fn of(fresh: &[std::sync::Arc<EndpointMetrics>]) -> Option<Self> {
+    pub fn of(fresh: &[Arc<EndpointMetrics>]) -> Option<Self> {
         Some(Self {
             kv_cache: Stats::of(fresh.iter().map(|m| m.kv_cache_usage))?,
             queue: Stats::of(fresh.iter().map(|m| m.waiting_queue_size as f64))?,

@@ -4,18 +4,22 @@
 //! loaded once at the start of the cycle, and the request carries the clock. That keeps it fast, testable
 //! without gRPC, and usable in virtual time.
 
+pub mod metrics;
 pub mod observer;
 pub mod pipeline;
 pub mod plugin;
+pub mod plugin_metrics;
 pub mod plugins;
 pub mod profile;
 pub mod registry;
 pub mod saturation;
 pub mod types;
 
+pub use metrics::SchedulerMetrics;
 pub use observer::{ExtensionPoint, NoopObserver, Observer};
 pub use pipeline::Pipeline;
 pub use plugin::*;
+pub use plugin_metrics::{InflightMetrics, PluginMetrics, PrefixIndexerMetrics};
 pub use profile::{Profile, WeightedScorer};
 pub use registry::{parse_params, FactoryContext, PluginError, Registry};
 pub use saturation::{PendingLoad, SaturationDetector};

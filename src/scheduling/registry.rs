@@ -9,8 +9,8 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 
 use super::plugin::BuiltPlugin;
+use super::plugin_metrics::PluginMetrics;
 use crate::datastore::Datastore;
-use crate::metrics::EppMetrics;
 
 /// A plugin configuration error, naming the plugin instance and, where there is one, the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,7 +31,8 @@ impl PluginError {
 #[derive(Debug, Clone)]
 pub struct FactoryContext {
     pub datastore: Arc<Datastore>,
-    pub metrics: Arc<EppMetrics>,
+    /// The metric handles plugins record with; each factory takes the one its plugin uses.
+    pub metrics: PluginMetrics,
 }
 
 /// Builds a plugin instance from its name and its `parameters` block (`None` when absent).

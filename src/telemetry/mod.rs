@@ -12,6 +12,7 @@
 mod engines;
 mod extractor;
 pub mod parser;
+mod pool_metrics;
 mod scraper;
 mod spec;
 mod supervisor;
@@ -22,6 +23,7 @@ pub use engines::{
 };
 pub use extractor::{extract, ExtractError, ExtractProblem, Extraction};
 pub use parser::{Labels, Sample, SampleIter};
+pub use pool_metrics::PoolMetrics;
 pub use scraper::{ScrapeConfig, ScrapeError, Scraper, TelemetryUpdated};
 pub use spec::{MetricSpec, SpecError};
 pub use supervisor::{spawn_scrapers, ScrapeLoops};

@@ -17,11 +17,10 @@ use rand::{Rng, SeedableRng};
 use epp::config::{self, LoadedConfig};
 use epp::datastore::{Datastore, Endpoint};
 use epp::director::decide;
-use epp::metrics::EppMetrics;
 use epp::request::{Headers, ParsedRequest, TokenEstimator};
 use epp::scheduling::{
-    Candidate, Completion, CompletionKind, DispatchInfo, FactoryContext, NoopObserver, Pipeline, Registry,
-    SchedulingRequest, Usage,
+    Candidate, Completion, CompletionKind, DispatchInfo, FactoryContext, NoopObserver, Pipeline,
+    PluginMetrics, Registry, SchedulingRequest, Usage,
 };
 
 /// A routing configuration to compare.
@@ -94,7 +93,8 @@ pub(crate) struct PipelineRouter {
 /// Loads an EndpointPickerConfig against the run's own datastore, so plugin state (prefix index,
 /// in-flight counters) starts empty for every run.
 pub(crate) fn load_config(spec: &RouterSpec, datastore: Arc<Datastore>) -> Result<LoadedConfig, String> {
-    let ctx = FactoryContext { datastore, metrics: Arc::new(EppMetrics::new("lab")) };
+    // Plugin metrics nobody scrapes: the lab reads its numbers from the simulation.
+    let ctx = FactoryContext { datastore, metrics: PluginMetrics::detached() };
     let registry = Registry::with_builtins();
     let loaded = match spec {
         RouterSpec::Config { yaml } => config::load(yaml, &registry, &ctx),

@@ -9,8 +9,8 @@ use serde::Deserialize;
 
 use crate::datastore::{Datastore, Endpoint};
 use crate::flowcontrol::SaturationDetector;
-use crate::metrics::EppMetrics;
 use crate::scheduling::types::ProfileRunResult;
+use crate::scheduling::PluginMetrics;
 use crate::scheduling::{
     parse_params, Admitter, BuiltPlugin, Candidate, DataKey, DataProducer, DispatchInfo, EndpointListener,
     FactoryContext, Filter, Picker, PluginError, PreRequest, ProfileHandler, Registry, ResponseHook,
@@ -18,7 +18,7 @@ use crate::scheduling::{
 };
 
 pub fn ctx() -> FactoryContext {
-    FactoryContext { datastore: Arc::new(Datastore::new("test")), metrics: Arc::new(EppMetrics::new("test")) }
+    FactoryContext { datastore: Arc::new(Datastore::new("test")), metrics: PluginMetrics::detached() }
 }
 
 struct FakeDetector;

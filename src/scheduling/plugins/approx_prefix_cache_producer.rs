@@ -21,7 +21,7 @@ use serde::Deserialize;
 use super::prefix_hash::{prefix_block_hashes, CHARS_PER_TOKEN};
 use super::prefix_index::PrefixIndex;
 use crate::datastore::{Endpoint, EndpointMetrics};
-use crate::metrics::EppMetrics;
+use crate::scheduling::PrefixIndexerMetrics;
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, DataProducer, DispatchInfo, EndpointListener,
     FactoryContext, PluginError, PreRequest, PrefixMatch, SchedulingRequest, SchedulingResult,
@@ -101,7 +101,7 @@ pub struct ApproxPrefixCacheProducer {
     /// the endpoints at hand reports one, so lookups and insertions keep hashing at the same granularity.
     reported_block_tokens: AtomicUsize,
     index: RwLock<PrefixIndex>,
-    metrics: Arc<EppMetrics>,
+    metrics: Arc<PrefixIndexerMetrics>,
 }
 
 impl std::fmt::Debug for ApproxPrefixCacheProducer {
@@ -111,7 +111,7 @@ impl std::fmt::Debug for ApproxPrefixCacheProducer {
 }
 
 impl ApproxPrefixCacheProducer {
-    pub fn new(config: ApproxPrefixCacheConfig, metrics: Arc<EppMetrics>) -> Self {
+    pub fn new(config: ApproxPrefixCacheConfig, metrics: Arc<PrefixIndexerMetrics>) -> Self {
         Self {
             config,
             reported_block_tokens: AtomicUsize::new(0),
@@ -241,8 +241,8 @@ impl PreRequest for ApproxPrefixCacheProducer {
             })
         });
         if let Some((matched, total, block_chars, entries)) = outcome {
-            self.metrics.set_prefix_indexer_size(i64::try_from(entries).unwrap_or(i64::MAX));
-            self.metrics.observe_prefix_hit(matched as f64 / total as f64, matched * block_chars);
+            self.metrics.set_size(i64::try_from(entries).unwrap_or(i64::MAX));
+            self.metrics.observe_hit(matched as f64 / total as f64, matched * block_chars);
         }
     }
 }
@@ -256,7 +256,7 @@ impl EndpointListener for ApproxPrefixCacheProducer {
             index.prune_unreferenced();
             index.entries()
         });
-        self.metrics.set_prefix_indexer_size(i64::try_from(entries).unwrap_or(i64::MAX));
+        self.metrics.set_size(i64::try_from(entries).unwrap_or(i64::MAX));
     }
 }
 
@@ -317,7 +317,7 @@ pub fn factory(
     ctx: &FactoryContext,
 ) -> Result<BuiltPlugin, PluginError> {
     let config = parse_config(name, params)?;
-    let producer = Arc::new(ApproxPrefixCacheProducer::new(config, ctx.metrics.clone()));
+    let producer = Arc::new(ApproxPrefixCacheProducer::new(config, ctx.metrics.prefix_indexer.clone()));
     Ok(BuiltPlugin::new(TYPE_NAME, name)
         .producer(producer.clone())
         .pre_request(producer.clone())

@@ -4,7 +4,7 @@ use crate::scheduling::ProfileRunResult;
 use serde_json::json;
 
 fn producer(params: serde_json::Value) -> ApproxPrefixCacheProducer {
-    ApproxPrefixCacheProducer::new(parse_config("p", Some(&params)).unwrap(), ctx().metrics)
+    ApproxPrefixCacheProducer::new(parse_config("p", Some(&params)).unwrap(), ctx().metrics.prefix_indexer)
 }
 
 /// Candidates for endpoints 1..=n with default telemetry (no block size reported).

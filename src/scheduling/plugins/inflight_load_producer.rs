@@ -27,7 +27,7 @@ use serde::Deserialize;
 
 use super::endpoint_key::{endpoint_key, EndpointKey, IntBuildHasher};
 use crate::datastore::Endpoint;
-use crate::metrics::EppMetrics;
+use crate::scheduling::InflightMetrics;
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, Completion, DataKey, DataProducer, DispatchInfo, EndpointListener,
     FactoryContext, InFlightLoad, PluginError, PreRequest, ResponseHook, SchedulingRequest, SchedulingResult,
@@ -87,7 +87,7 @@ pub struct InFlightLoadProducer {
     name: String,
     basis: TokenBasis,
     counters: RwLock<HashMap<EndpointKey, Arc<Counters>, IntBuildHasher>>,
-    metrics: Arc<EppMetrics>,
+    metrics: Arc<InflightMetrics>,
 }
 
 impl std::fmt::Debug for InFlightLoadProducer {
@@ -98,7 +98,7 @@ impl std::fmt::Debug for InFlightLoadProducer {
 
 impl InFlightLoadProducer {
     /// `name` labels the exported gauges.
-    pub fn new(name: &str, basis: TokenBasis, metrics: Arc<EppMetrics>) -> Self {
+    pub fn new(name: &str, basis: TokenBasis, metrics: Arc<InflightMetrics>) -> Self {
         Self { name: name.to_string(), basis, counters: RwLock::new(HashMap::default()), metrics }
     }
 
@@ -145,7 +145,7 @@ impl InFlightLoadProducer {
     fn publish(&self, c: &Counters) {
         let _serialised = c.publish.lock().unwrap_or_else(|e| e.into_inner());
         let load = c.load();
-        self.metrics.set_inflight(&c.endpoint, &self.name, load.requests, load.tokens);
+        self.metrics.set(&c.endpoint, &self.name, load.requests, load.tokens);
     }
 }
 
@@ -206,7 +206,7 @@ pub fn factory(
         None | Some(true) => TokenBasis::PromptAndOutput,
         Some(false) => TokenBasis::PromptOnly,
     };
-    let producer = Arc::new(InFlightLoadProducer::new(name, basis, ctx.metrics.clone()));
+    let producer = Arc::new(InFlightLoadProducer::new(name, basis, ctx.metrics.inflight.clone()));
     Ok(BuiltPlugin::new(TYPE_NAME, name)
         .producer(producer.clone())
         .pre_request(producer.clone())

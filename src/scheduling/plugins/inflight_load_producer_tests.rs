@@ -7,7 +7,7 @@ use crate::scheduling::CompletionKind;
 use serde_json::json;
 
 fn producer(basis: TokenBasis) -> InFlightLoadProducer {
-    InFlightLoadProducer::new("inflight", basis, ctx().metrics)
+    InFlightLoadProducer::new("inflight", basis, ctx().metrics.inflight)
 }
 
 fn completion() -> Completion {

@@ -8,8 +8,8 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use crate::datastore::{Datastore, Endpoint, EndpointMetrics};
-use crate::metrics::EppMetrics;
 use crate::request::{ApiKind, Headers, ParsedRequest};
+use crate::scheduling::PluginMetrics;
 use crate::scheduling::{
     BuiltPlugin, Candidate, DispatchInfo, FactoryContext, PluginError, ProfileRunResult, SchedulingRequest,
     SchedulingResult,
@@ -46,7 +46,7 @@ pub(crate) fn candidates_with<T: Copy>(values: &[T], f: impl Fn(&mut EndpointMet
 }
 
 pub(crate) fn ctx() -> FactoryContext {
-    FactoryContext { datastore: Arc::new(Datastore::new("pool")), metrics: Arc::new(EppMetrics::new("pool")) }
+    FactoryContext { datastore: Arc::new(Datastore::new("pool")), metrics: PluginMetrics::detached() }
 }
 
 pub(crate) fn rng() -> SmallRng {

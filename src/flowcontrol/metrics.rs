@@ -12,13 +12,13 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::buckets::{Buckets, SCHEDULER};
-use super::buckets::{FloatGauge, HistogramFamily};
-use super::labels::LabelValue;
-use super::{EppMetrics, RequestLabels};
+use crate::metrics::{
+    alpha, Buckets, FloatGauge, HistogramFamily, LabelValue, MetricsRegistry, RequestLabels, SharedLabels,
+    SCHEDULER,
+};
 
 /// Queue-duration buckets, 100µs … 60s (GIE `flow_control_request_queue_duration_seconds`).
 const QUEUE_DURATION: Buckets = Buckets(&[
@@ -102,9 +102,10 @@ impl FlowQueueLabels {
     }
 }
 
-/// Every flow-control family.
+/// The flow controller's families.
 #[derive(Debug)]
-pub struct FlowControlFamilies {
+pub struct FlowControlMetrics {
+    labels: Arc<SharedLabels>,
     gie_queue_size: Family<QueueLabels, Gauge>,
     gie_queue_bytes: Family<QueueLabels, Gauge>,
     gie_pool_saturation: Family<InferencePoolLabels, FloatGauge>,
@@ -121,10 +122,6 @@ pub struct FlowControlFamilies {
     llmd_stale_endpoints: Family<DetectorLabels, Gauge>,
 }
 
-fn alpha(text: &str) -> String {
-    format!("[ALPHA] {text}")
-}
-
 const QUEUE_DURATION_HELP: &str =
     "Distribution of total time requests spend in the Flow Control layer (from enqueue to final outcome)";
 const DISPATCH_CYCLE_HELP: &str =
@@ -134,9 +131,11 @@ const QUEUE_SIZE_HELP: &str = "Current number of requests actively held in the F
 const QUEUE_BYTES_HELP: &str =
     "Current total size in bytes of requests actively held in the Flow Control queue";
 
-impl FlowControlFamilies {
-    pub fn new() -> Self {
-        Self {
+impl FlowControlMetrics {
+    /// Creates the families and registers them in `registry`.
+    pub fn register(registry: &MetricsRegistry) -> Arc<Self> {
+        let m = Self {
+            labels: registry.labels().clone(),
             gie_queue_size: Family::default(),
             gie_queue_bytes: Family::default(),
             gie_pool_saturation: Family::default(),
@@ -151,10 +150,13 @@ impl FlowControlFamilies {
             llmd_dispatch_cycle: SCHEDULER.histogram(),
             llmd_requests: Family::default(),
             llmd_stale_endpoints: Family::default(),
-        }
+        };
+        m.register_gie(registry);
+        m.register_llmd(registry);
+        Arc::new(m)
     }
 
-    pub fn register_gie(&self, r: &mut Registry) {
+    fn register_gie(&self, r: &MetricsRegistry) {
         r.register(
             "inference_extension_flow_control_request_queue_duration_seconds",
             alpha(QUEUE_DURATION_HELP),
@@ -187,7 +189,7 @@ impl FlowControlFamilies {
         );
     }
 
-    pub fn register_llmd(&self, r: &mut Registry) {
+    fn register_llmd(&self, r: &MetricsRegistry) {
         r.register(
             "llm_d_epp_flow_control_request_queue_duration_seconds",
             alpha(QUEUE_DURATION_HELP),
@@ -235,24 +237,18 @@ impl FlowControlFamilies {
     }
 }
 
-impl Default for FlowControlFamilies {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 fn clamp_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-impl EppMetrics {
+impl FlowControlMetrics {
     /// Interns the label values of a request entering the flow-control layer.
     pub fn flow_queue_labels(&self, l: RequestLabels<'_>) -> FlowQueueLabels {
-        let model = self.model_labels(&l);
+        let model = self.labels.model_labels(&l);
         FlowQueueLabels(QueueLabels {
-            fairness_id: self.fairness_ids.get(l.fairness_id),
+            fairness_id: self.labels.fairness_ids.get(l.fairness_id),
             priority: l.priority,
-            inference_pool: self.pool_label.clone(),
+            inference_pool: self.labels.pool.clone(),
             model_name: model.model_name,
             target_model_name: model.target_model_name,
         })
@@ -260,7 +256,7 @@ impl EppMetrics {
 
     /// A request entered the queue (`*_flow_control_queue_size` and `_queue_bytes` go up).
     pub fn flow_queue_add(&self, l: &FlowQueueLabels, bytes: u64) {
-        let f = &self.families.flow;
+        let f = self;
         let bytes = clamp_i64(bytes);
         f.gie_queue_size.get_or_create(&l.0).inc();
         f.llmd_queue_size.get_or_create(&l.0).inc();
@@ -270,7 +266,7 @@ impl EppMetrics {
 
     /// A request left the queue, by any path: exactly undoes [`flow_queue_add`](Self::flow_queue_add).
     pub fn flow_queue_remove(&self, l: &FlowQueueLabels, bytes: u64) {
-        let f = &self.families.flow;
+        let f = self;
         let bytes = clamp_i64(bytes);
         f.gie_queue_size.get_or_create(&l.0).dec();
         f.llmd_queue_size.get_or_create(&l.0).dec();
@@ -281,7 +277,7 @@ impl EppMetrics {
     /// A request's final flow-control outcome (`Dispatched`, `RejectedCapacity`, `EvictedTTL`, …) and how
     /// long it was in the layer.
     pub fn flow_outcome(&self, l: &FlowQueueLabels, outcome: &'static str, in_layer: Duration) {
-        let f = &self.families.flow;
+        let f = self;
         let secs = in_layer.as_secs_f64();
         let labels = l.with_outcome(outcome);
         f.gie_queue_duration.get_or_create(&labels).observe(secs);
@@ -294,7 +290,7 @@ impl EppMetrics {
     /// Time spent enqueueing (capacity check and insertion). `outcome` is `NotYetFinalized` for a request
     /// that was queued, else its rejection.
     pub fn flow_enqueue_duration(&self, l: &FlowQueueLabels, outcome: &'static str, took: Duration) {
-        let f = &self.families.flow;
+        let f = self;
         let labels = EnqueueLabels { fairness_id: l.0.fairness_id.clone(), priority: l.0.priority, outcome };
         let secs = took.as_secs_f64();
         f.gie_enqueue_duration.get_or_create(&labels).observe(secs);
@@ -303,29 +299,29 @@ impl EppMetrics {
 
     /// The pool saturation the dispatcher last computed.
     pub fn set_flow_pool_saturation(&self, saturation: f64) {
-        let f = &self.families.flow;
-        let pool = InferencePoolLabels { inference_pool: self.pool_label.clone() };
+        let f = self;
+        let pool = InferencePoolLabels { inference_pool: self.labels.pool.clone() };
         f.gie_pool_saturation.get_or_create(&pool).set(saturation);
         for stage in STAGES {
-            let labels = StageLabels { inference_pool: self.pool_label.clone(), stage };
+            let labels = StageLabels { inference_pool: self.labels.pool.clone(), stage };
             f.llmd_pool_saturation.get_or_create(&labels).set(saturation);
         }
     }
 
     /// How many of the pool's endpoints the detector named `detector` treats as stale.
     pub fn set_flow_stale_endpoints(&self, detector: &str, stale: usize) {
-        let labels = DetectorLabels { detector: self.config_names.get(detector) };
-        self.families.flow.llmd_stale_endpoints.get_or_create(&labels).set(clamp_i64(stale as u64));
+        let labels = DetectorLabels { detector: self.labels.config_names.get(detector) };
+        self.llmd_stale_endpoints.get_or_create(&labels).set(clamp_i64(stale as u64));
     }
 
     /// One dispatch cycle's duration.
     pub fn observe_flow_dispatch_cycle(&self, took: Duration) {
         let secs = took.as_secs_f64();
-        self.families.flow.gie_dispatch_cycle.observe(secs);
-        self.families.flow.llmd_dispatch_cycle.observe(secs);
+        self.gie_dispatch_cycle.observe(secs);
+        self.llmd_dispatch_cycle.observe(secs);
     }
 }
 
 #[cfg(test)]
-#[path = "flow_control_tests.rs"]
+#[path = "metrics_tests.rs"]
 mod tests;

@@ -1,7 +1,52 @@
-//! Exposition-level tests: they read the text Prometheus would scrape.
+//! The whole exposition as Prometheus would scrape it, with every component's families registered in one
+//! registry the way `app` wires them: names, label sets, accumulation, bounded and escaped labels, and
+//! per-endpoint series pruned across components when an endpoint leaves.
 
-use super::*;
-use crate::datastore::EndpointMetrics;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use epp::datastore::{Endpoint, EndpointMetrics};
+use epp::director::{DirectorMetrics, RequestMetrics};
+use epp::error::ErrorCode;
+use epp::extproc::OverheadMetrics;
+use epp::flowcontrol::FlowControlMetrics;
+use epp::metrics::{
+    MetricsRegistry, RequestLabels, BUILD_COMMIT, BUILD_REF, MAX_MODEL_LABEL_VALUES, OVERFLOW_LABEL,
+};
+use epp::request::Usage;
+use epp::scheduling::{PluginMetrics, SchedulerMetrics};
+use epp::telemetry::PoolMetrics;
+
+/// Every component's handles over one registry, as `app` builds them.
+struct M {
+    registry: Arc<MetricsRegistry>,
+    requests: Arc<RequestMetrics>,
+    scheduler: Arc<SchedulerMetrics>,
+    plugins: PluginMetrics,
+    overhead: Arc<OverheadMetrics>,
+    pool: Arc<PoolMetrics>,
+    _flow: Arc<FlowControlMetrics>,
+}
+
+impl M {
+    fn new(pool: &str) -> Self {
+        let registry = MetricsRegistry::new(pool);
+        let DirectorMetrics { requests, scheduler } = DirectorMetrics::register(&registry);
+        Self {
+            requests,
+            scheduler,
+            plugins: PluginMetrics::register(&registry),
+            overhead: OverheadMetrics::register(&registry),
+            pool: PoolMetrics::register(&registry),
+            _flow: FlowControlMetrics::register(&registry),
+            registry,
+        }
+    }
+
+    fn encode(&self) -> String {
+        self.registry.encode()
+    }
+}
 
 const LABELS: RequestLabels<'static> = RequestLabels {
     model_name: "llama",
@@ -47,22 +92,22 @@ fn label_names(text: &str, name: &str) -> Vec<String> {
     names
 }
 
-fn record_one_of_each(m: &EppMetrics, ep: &Arc<Endpoint>) {
-    m.record_request(LABELS, 1000);
-    m.record_error(LABELS, ErrorCode::ResourceExhausted);
+fn record_one_of_each(m: &M, ep: &Arc<Endpoint>) {
+    m.requests.record_request(LABELS, 1000);
+    m.requests.record_error(LABELS, ErrorCode::ResourceExhausted);
     let usage = Usage { prompt_tokens: 100, completion_tokens: 10, cached_tokens: 64 };
-    m.record_response(LABELS, Duration::from_secs(2), 5000, Some(usage));
-    m.record_ttft(LABELS, Duration::from_millis(300), true);
-    m.running_inc(LABELS);
-    m.record_scheduling(Duration::from_micros(300), "llama-lora", Some(ep));
-    m.record_scheduling(Duration::from_micros(300), "llama-lora", None);
-    m.observe_plugin("Scorer", "queue-scorer", "queue", 0.0002);
-    m.observe_request_processing(Duration::from_micros(40));
-    m.observe_response_processing(Duration::from_micros(15));
-    m.record_model_rewrite("canary", "llama", "llama-lora");
-    m.set_prefix_indexer_size(42);
-    m.observe_prefix_hit(0.5, 1024);
-    m.set_inflight(ep, "inflight-load-producer", 3, 1200);
+    m.requests.record_response(LABELS, Duration::from_secs(2), 5000, Some(usage));
+    m.requests.record_ttft(LABELS, Duration::from_millis(300), true);
+    m.requests.running_inc(LABELS);
+    m.scheduler.record_scheduling(Duration::from_micros(300), "llama-lora", Some(ep));
+    m.scheduler.record_scheduling(Duration::from_micros(300), "llama-lora", None);
+    m.scheduler.observe_plugin("Scorer", "queue-scorer", "queue", 0.0002);
+    m.overhead.observe_request_processing(Duration::from_micros(40));
+    m.overhead.observe_response_processing(Duration::from_micros(15));
+    m.requests.record_model_rewrite("canary", "llama", "llama-lora");
+    m.plugins.prefix_indexer.set_size(42);
+    m.plugins.prefix_indexer.observe_hit(0.5, 1024);
+    m.plugins.inflight.set(ep, "inflight-load-producer", 3, 1200);
     ep.update_metrics(EndpointMetrics {
         waiting_queue_size: 2,
         running_requests: 4,
@@ -70,12 +115,12 @@ fn record_one_of_each(m: &EppMetrics, ep: &Arc<Endpoint>) {
         update_time: Some(Instant::now()),
         ..Default::default()
     });
-    m.update_pool(std::slice::from_ref(ep), Instant::now(), Duration::from_secs(2));
+    m.pool.update_pool(std::slice::from_ref(ep), Instant::now(), Duration::from_secs(2));
 }
 
 #[test]
 fn exposition_has_every_name_with_its_labels() {
-    let m = EppMetrics::new("vllm-pool");
+    let m = M::new("vllm-pool");
     let ep = Arc::new(endpoint("pod-0-rank-0", "10.0.0.1:8000"));
     record_one_of_each(&m, &ep);
     let text = m.encode();
@@ -183,12 +228,12 @@ fn exposition_has_every_name_with_its_labels() {
 
 #[test]
 fn counters_and_histograms_accumulate() {
-    let m = EppMetrics::new("p");
-    m.record_request(LABELS, 100);
-    m.record_request(LABELS, 100);
-    m.record_error(LABELS, ErrorCode::BadRequest);
+    let m = M::new("p");
+    m.requests.record_request(LABELS, 100);
+    m.requests.record_request(LABELS, 100);
+    m.requests.record_error(LABELS, ErrorCode::BadRequest);
     let usage = Usage { prompt_tokens: 0, completion_tokens: 4, cached_tokens: 0 };
-    m.record_response(LABELS, Duration::from_secs(2), 10, Some(usage));
+    m.requests.record_response(LABELS, Duration::from_secs(2), 10, Some(usage));
     let text = m.encode();
     let model = [("model_name", "llama"), ("target_model_name", "llama-lora")];
     let with_priority = [model[0], model[1], ("priority", "1")];
@@ -213,25 +258,25 @@ fn counters_and_histograms_accumulate() {
 
 #[test]
 fn running_gauges_never_go_negative() {
-    let m = EppMetrics::new("p");
-    m.running_dec(LABELS);
-    m.running_inc(LABELS);
-    m.running_dec(LABELS);
-    m.running_dec(LABELS);
+    let m = M::new("p");
+    m.requests.running_dec(LABELS);
+    m.requests.running_inc(LABELS);
+    m.requests.running_dec(LABELS);
+    m.requests.running_dec(LABELS);
     let text = m.encode();
     assert_eq!(sample(&text, "inference_objective_running_requests", &[("model_name", "llama")]), Some(0.0));
     assert_eq!(sample(&text, "llm_d_epp_request_running", &[("model_name", "llama")]), Some(0.0));
-    m.running_inc(LABELS);
+    m.requests.running_inc(LABELS);
     let text = m.encode();
     assert_eq!(sample(&text, "inference_objective_running_requests", &[("model_name", "llama")]), Some(1.0));
     // No model name: not counted, as in Go.
-    m.running_inc(RequestLabels { model_name: "", ..LABELS });
+    m.requests.running_inc(RequestLabels { model_name: "", ..LABELS });
     assert!(!m.encode().contains("inference_objective_running_requests{model_name=\"\"}"));
 }
 
 #[test]
 fn pool_gauges_use_fresh_endpoints_and_prune_departed_ones() {
-    let m = EppMetrics::new("vllm-pool");
+    let m = M::new("vllm-pool");
     let now = Instant::now();
     let staleness = Duration::from_secs(2);
     let telemetry = |queue: u64, running: u64, kv: f64, age: Duration| EndpointMetrics {
@@ -247,7 +292,7 @@ fn pool_gauges_use_fresh_endpoints_and_prune_departed_ones() {
     eps[0].update_metrics(telemetry(1, 2, 0.25, Duration::ZERO));
     eps[1].update_metrics(telemetry(4, 2, 0.5, Duration::from_secs(1)));
     eps[2].update_metrics(telemetry(100, 100, 1.0, Duration::from_secs(10))); // stale
-    m.update_pool(&eps, now, staleness);
+    m.pool.update_pool(&eps, now, staleness);
 
     let text = m.encode();
     let pool = [("name", "vllm-pool")];
@@ -265,8 +310,8 @@ fn pool_gauges_use_fresh_endpoints_and_prune_departed_ones() {
     assert_eq!(sample(&text, "llm_d_epp_per_endpoint_queue_size", &ep1), Some(4.0));
 
     // pod-1 leaves: its series go, the others stay.
-    m.set_inflight(&eps[1], "inflight-load-producer", 2, 500);
-    m.update_pool(&[eps[0].clone(), eps[2].clone()], now, staleness);
+    m.plugins.inflight.set(&eps[1], "inflight-load-producer", 2, 500);
+    m.pool.update_pool(&[eps[0].clone(), eps[2].clone()], now, staleness);
     let text = m.encode();
     assert_eq!(sample(&text, "llm_d_epp_per_endpoint_queue_size", &ep1), None);
     assert_eq!(
@@ -277,10 +322,10 @@ fn pool_gauges_use_fresh_endpoints_and_prune_departed_ones() {
     assert_eq!(sample(&text, "inference_pool_per_pod_queue_size", &pod2), Some(100.0));
     assert_eq!(sample(&text, "inference_pool_ready_pods", &pool), Some(1.0));
     assert_eq!(sample(&text, "inference_pool_average_queue_size", &pool), Some(1.0));
-    assert_eq!(m.endpoints.tracked_names(), ["pod-0-rank-0", "pod-2-rank-0"]);
+    assert_eq!(m.registry.endpoints().tracked_names(), ["pod-0-rank-0", "pod-2-rank-0"]);
 
     // Nothing fresh: ready drops to 0 and the averages keep their last values, as in Go.
-    m.update_pool(&[eps[2].clone()], now, staleness);
+    m.pool.update_pool(&[eps[2].clone()], now, staleness);
     let text = m.encode();
     assert_eq!(sample(&text, "inference_pool_ready_pods", &pool), Some(0.0));
     assert_eq!(sample(&text, "inference_pool_average_queue_size", &pool), Some(1.0));
@@ -288,15 +333,15 @@ fn pool_gauges_use_fresh_endpoints_and_prune_departed_ones() {
 
 #[test]
 fn remove_endpoint_drops_all_its_series() {
-    let m = EppMetrics::new("p");
+    let m = M::new("p");
     let a = Arc::new(endpoint("a", "10.0.0.1:8000"));
     let b = Arc::new(endpoint("b", "10.0.0.2:8000"));
     for ep in [&a, &b] {
-        m.set_inflight(ep, "inflight-load-producer", 1, 10);
-        m.record_scheduling(Duration::from_micros(100), "llama", Some(ep));
+        m.plugins.inflight.set(ep, "inflight-load-producer", 1, 10);
+        m.scheduler.record_scheduling(Duration::from_micros(100), "llama", Some(ep));
     }
-    m.update_pool(&[a.clone(), b.clone()], Instant::now(), Duration::from_secs(2));
-    m.remove_endpoint(&a);
+    m.pool.update_pool(&[a.clone(), b.clone()], Instant::now(), Duration::from_secs(2));
+    m.pool.remove_endpoint(&a);
     let text = m.encode();
     for name in
         ["llm_d_epp_inflight_requests", "llm_d_epp_inflight_tokens", "llm_d_epp_scheduler_attempts_total"]
@@ -312,13 +357,13 @@ fn remove_endpoint_drops_all_its_series() {
 
 #[test]
 fn same_name_at_new_address_replaces_the_old_series() {
-    let m = EppMetrics::new("p");
+    let m = M::new("p");
     let old = endpoint("pod-0", "10.0.0.1:8000");
     let new = endpoint("pod-0", "10.0.0.9:9000");
-    m.record_scheduling(Duration::ZERO, "llama", Some(&old));
-    m.record_scheduling(Duration::ZERO, "llama", Some(&new));
+    m.scheduler.record_scheduling(Duration::ZERO, "llama", Some(&old));
+    m.scheduler.record_scheduling(Duration::ZERO, "llama", Some(&new));
     // Removing the old endpoint afterwards must not touch the new one's series.
-    m.remove_endpoint(&old);
+    m.pool.remove_endpoint(&old);
     let text = m.encode();
     let attempts = "llm_d_epp_scheduler_attempts_total";
     assert_eq!(sample(&text, attempts, &[("endpoint_name", "pod-0"), ("port", "8000")]), None);
@@ -327,8 +372,8 @@ fn same_name_at_new_address_replaces_the_old_series() {
 
 #[test]
 fn failed_scheduling_has_empty_endpoint_labels() {
-    let m = EppMetrics::new("p");
-    m.record_scheduling(Duration::ZERO, "llama", None);
+    let m = M::new("p");
+    m.scheduler.record_scheduling(Duration::ZERO, "llama", None);
     let text = m.encode();
     let failure = [("status", "failure"), ("pod_name", ""), ("namespace", ""), ("port", "")];
     assert_eq!(sample(&text, "inference_extension_scheduler_attempts_total", &failure), Some(1.0));
@@ -336,7 +381,7 @@ fn failed_scheduling_has_empty_endpoint_labels() {
 
 #[test]
 fn info_metric_carries_commit_and_build_ref() {
-    let m = EppMetrics::new("p");
+    let m = M::new("p");
     let text = m.encode();
     let info = [("commit", BUILD_COMMIT), ("build_ref", BUILD_REF)];
     assert!(!BUILD_COMMIT.is_empty());
@@ -347,19 +392,19 @@ fn info_metric_carries_commit_and_build_ref() {
 
 #[test]
 fn request_derived_labels_are_escaped_and_bounded() {
-    let m = EppMetrics::new("p");
+    let m = M::new("p");
     let hostile = RequestLabels { model_name: "a\"b\\c\nd", ..LABELS };
-    m.record_request(hostile, 1);
+    m.requests.record_request(hostile, 1);
     let text = m.encode();
     assert!(text.contains(r#"model_name="a\"b\\c\nd""#), "{text}");
 
-    let m = EppMetrics::new("p");
-    m.pin_model_names(["configured"]);
+    let m = M::new("p");
+    m.registry.pin_model_names(["configured"]);
     let names: Vec<String> = (0..MAX_MODEL_LABEL_VALUES + 10).map(|i| format!("m{i}")).collect();
     for name in &names {
-        m.record_request(RequestLabels { model_name: name, target_model_name: name, ..LABELS }, 1);
+        m.requests.record_request(RequestLabels { model_name: name, target_model_name: name, ..LABELS }, 1);
     }
-    m.record_request(
+    m.requests.record_request(
         RequestLabels { model_name: "configured", target_model_name: "configured", ..LABELS },
         1,
     );

@@ -25,7 +25,8 @@ const LABELS: RequestLabels<'static> =
 
 #[test]
 fn names_and_label_sets_match_the_reference() {
-    let m = EppMetrics::new("pool");
+    let registry = MetricsRegistry::new("pool");
+    let m = FlowControlMetrics::register(&registry);
     let l = m.flow_queue_labels(LABELS);
     m.flow_queue_add(&l, 10);
     m.flow_outcome(&l, "Dispatched", Duration::from_millis(3));
@@ -33,7 +34,7 @@ fn names_and_label_sets_match_the_reference() {
     m.set_flow_pool_saturation(0.5);
     m.set_flow_stale_endpoints("utilization-detector", 2);
     m.observe_flow_dispatch_cycle(Duration::from_micros(20));
-    let text = m.encode();
+    let text = registry.encode();
     let queue = ["fairness_id", "inference_pool", "model_name", "priority", "target_model_name"];
     let with_outcome =
         ["fairness_id", "inference_pool", "model_name", "outcome", "priority", "target_model_name"];
@@ -66,16 +67,17 @@ fn names_and_label_sets_match_the_reference() {
 
 #[test]
 fn removal_returns_the_gauges_exactly() {
-    let m = EppMetrics::new("pool");
+    let registry = MetricsRegistry::new("pool");
+    let m = FlowControlMetrics::register(&registry);
     let l = m.flow_queue_labels(LABELS);
     m.flow_queue_add(&l, 1234);
     m.flow_queue_add(&l, 66);
     m.flow_queue_remove(&l, 1234);
-    let text = m.encode();
+    let text = registry.encode();
     let bytes = r#"llm_d_epp_flow_control_queue_bytes{fairness_id="tenant",priority="-2",inference_pool="pool",model_name="m",target_model_name="t"}"#;
     assert_eq!(value(&text, bytes), Some(66.0));
     m.flow_queue_remove(&l, 66);
-    let text = m.encode();
+    let text = registry.encode();
     assert_eq!(value(&text, bytes), Some(0.0));
     let size = bytes.replace("queue_bytes", "queue_size").replace("llm_d_epp", "inference_extension");
     assert_eq!(value(&text, &size), Some(0.0));

@@ -1,0 +1,224 @@
+//! The per-request families, which the director records as requests are routed, answered and end:
+//! counts, errors, durations, sizes, tokens, TTFT, running requests and model rewrites, under the GIE names
+//! (`inference_objective_*`) and the llm-d names (`llm_d_epp_request_*`).
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use crate::error::ErrorCode;
+use crate::metrics::{
+    FlowErrorLabels, FlowLabels, FlowStreamingLabels, HistogramFamily, MetricsRegistry, ModelErrorLabels,
+    ModelLabels, ModelNameLabels, ModelPriorityLabels, RequestLabels, RewriteLabels, SharedLabels,
+    GENERAL_LATENCY, INPUT_TOKENS, LLMD_TTFT, NTPOT, OUTPUT_TOKENS, REQUEST_BYTES, RESPONSE_BYTES,
+};
+use crate::request::Usage;
+
+/// The per-request families under their GIE names (`inference_objective_*`).
+#[derive(Debug)]
+pub(super) struct GieRequestFamilies {
+    pub requests: Family<ModelPriorityLabels, Counter>,
+    pub errors: Family<ModelErrorLabels, Counter>,
+    pub duration: HistogramFamily<ModelLabels>,
+    pub request_sizes: HistogramFamily<ModelLabels>,
+    pub response_sizes: HistogramFamily<ModelLabels>,
+    pub input_tokens: HistogramFamily<ModelLabels>,
+    pub output_tokens: HistogramFamily<ModelLabels>,
+    pub cached_tokens: HistogramFamily<ModelLabels>,
+    pub running: Family<ModelNameLabels, Gauge>,
+    pub ntpot: HistogramFamily<ModelLabels>,
+    pub ttft: HistogramFamily<ModelLabels>,
+}
+
+/// The per-request families under their llm-d names (`llm_d_epp_request_*`).
+#[derive(Debug)]
+pub(super) struct LlmdRequestFamilies {
+    pub requests: Family<FlowLabels, Counter>,
+    pub errors: Family<FlowErrorLabels, Counter>,
+    pub duration: HistogramFamily<FlowLabels>,
+    pub request_sizes: HistogramFamily<FlowLabels>,
+    pub response_sizes: HistogramFamily<FlowLabels>,
+    pub input_tokens: HistogramFamily<FlowLabels>,
+    pub output_tokens: HistogramFamily<FlowLabels>,
+    pub cached_tokens: HistogramFamily<FlowLabels>,
+    pub running: Family<FlowLabels, Gauge>,
+    pub ntpot: HistogramFamily<FlowLabels>,
+    pub ttft: HistogramFamily<FlowStreamingLabels>,
+}
+
+/// The director's families.
+#[derive(Debug)]
+pub struct RequestMetrics {
+    labels: Arc<SharedLabels>,
+    pub(super) gie: GieRequestFamilies,
+    pub(super) llmd: LlmdRequestFamilies,
+    pub(super) gie_rewrites: Family<RewriteLabels, Counter>,
+    pub(super) llmd_rewrites: Family<RewriteLabels, Counter>,
+    /// The sum of `llm_d_epp_request_running` over all series, kept beside the families so it can be read.
+    running_total: AtomicI64,
+}
+
+impl RequestMetrics {
+    /// Creates the families and registers them in `registry`.
+    pub fn register(registry: &MetricsRegistry) -> Arc<Self> {
+        let m = Self {
+            labels: registry.labels().clone(),
+            gie: GieRequestFamilies {
+                requests: Family::default(),
+                errors: Family::default(),
+                duration: GENERAL_LATENCY.family(),
+                request_sizes: REQUEST_BYTES.family(),
+                response_sizes: RESPONSE_BYTES.family(),
+                input_tokens: INPUT_TOKENS.family(),
+                output_tokens: OUTPUT_TOKENS.family(),
+                cached_tokens: INPUT_TOKENS.family(),
+                running: Family::default(),
+                ntpot: NTPOT.family(),
+                ttft: GENERAL_LATENCY.family(),
+            },
+            llmd: LlmdRequestFamilies {
+                requests: Family::default(),
+                errors: Family::default(),
+                duration: GENERAL_LATENCY.family(),
+                request_sizes: REQUEST_BYTES.family(),
+                response_sizes: RESPONSE_BYTES.family(),
+                input_tokens: INPUT_TOKENS.family(),
+                output_tokens: OUTPUT_TOKENS.family(),
+                cached_tokens: INPUT_TOKENS.family(),
+                running: Family::default(),
+                ntpot: NTPOT.family(),
+                ttft: LLMD_TTFT.family(),
+            },
+            gie_rewrites: Family::default(),
+            llmd_rewrites: Family::default(),
+            running_total: AtomicI64::new(0),
+        };
+        m.register_in(registry);
+        Arc::new(m)
+    }
+
+    /// A request was scheduled and forwarded (`inference_objective_request_total`, `llm_d_epp_request_total`).
+    pub fn record_request(&self, l: RequestLabels<'_>, request_bytes: usize) {
+        let (model, flow) = self.labels.flow_labels(&l);
+        let (g, d) = (&self.gie, &self.llmd);
+        let bytes = request_bytes as f64;
+        g.request_sizes.get_or_create(&model).observe(bytes);
+        d.request_sizes.get_or_create(&flow).observe(bytes);
+        d.requests.get_or_create(&flow).inc();
+        g.requests.get_or_create(&model.with_priority(l.priority)).inc();
+    }
+
+    /// A request ended with an error (`*_request_error_total{error_code}`).
+    pub fn record_error(&self, l: RequestLabels<'_>, code: ErrorCode) {
+        let (model, flow) = self.labels.flow_labels(&l);
+        let error_code = code.as_str();
+        self.llmd.errors.get_or_create(&flow.with_error(error_code)).inc();
+        self.gie.errors.get_or_create(&model.with_error(error_code)).inc();
+    }
+
+    /// A request finished: total duration, response bytes, token usage.
+    pub fn record_response(
+        &self,
+        l: RequestLabels<'_>,
+        duration: Duration,
+        response_bytes: usize,
+        usage: Option<Usage>,
+    ) {
+        let (model, flow) = self.labels.flow_labels(&l);
+        let (g, d) = (&self.gie, &self.llmd);
+        let secs = duration.as_secs_f64();
+        g.duration.get_or_create(&model).observe(secs);
+        d.duration.get_or_create(&flow).observe(secs);
+        let bytes = response_bytes as f64;
+        g.response_sizes.get_or_create(&model).observe(bytes);
+        d.response_sizes.get_or_create(&flow).observe(bytes);
+        let Some(usage) = usage else { return };
+        // As in Go: token histograms skip zero counts, except cached tokens (zero hits are informative).
+        if usage.prompt_tokens > 0 {
+            let v = usage.prompt_tokens as f64;
+            g.input_tokens.get_or_create(&model).observe(v);
+            d.input_tokens.get_or_create(&flow).observe(v);
+        }
+        if usage.completion_tokens > 0 {
+            let v = usage.completion_tokens as f64;
+            g.output_tokens.get_or_create(&model).observe(v);
+            d.output_tokens.get_or_create(&flow).observe(v);
+            if secs > 0.0 {
+                let ntpot = secs / v;
+                g.ntpot.get_or_create(&model).observe(ntpot);
+                d.ntpot.get_or_create(&flow).observe(ntpot);
+            }
+        }
+        let cached = usage.cached_tokens as f64;
+        g.cached_tokens.get_or_create(&model).observe(cached);
+        d.cached_tokens.get_or_create(&flow).observe(cached);
+    }
+
+    /// Time to first response byte, as seen by epp.
+    pub fn record_ttft(&self, l: RequestLabels<'_>, ttft: Duration, streaming: bool) {
+        let (model, flow) = self.labels.flow_labels(&l);
+        let secs = ttft.as_secs_f64();
+        self.gie.ttft.get_or_create(&model).observe(secs);
+        self.llmd.ttft.get_or_create(&flow.with_streaming(streaming)).observe(secs);
+    }
+
+    /// A request started running on a model server. Requests without a model name are not counted
+    /// (as in Go).
+    pub fn running_inc(&self, l: RequestLabels<'_>) {
+        if l.model_name.is_empty() {
+            return;
+        }
+        let (model, flow) = self.labels.flow_labels(&l);
+        self.gie.running.get_or_create(&ModelNameLabels { model_name: model.model_name }).inc();
+        self.llmd.running.get_or_create(&flow).inc();
+        self.running_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests currently running on model servers as this EPP counts them (the sum of
+    /// `llm_d_epp_request_running`; requests without a model name are not counted).
+    pub fn running_requests(&self) -> i64 {
+        self.running_total.load(Ordering::Relaxed)
+    }
+
+    /// A running request ended. Never takes a gauge below zero: an unmatched decrement is a caller bug,
+    /// logged, and must not publish a negative count.
+    pub fn running_dec(&self, l: RequestLabels<'_>) {
+        if l.model_name.is_empty() {
+            return;
+        }
+        let (model, flow) = self.labels.flow_labels(&l);
+        let gie = self.gie.running.get_or_create(&ModelNameLabels { model_name: model.model_name });
+        let llmd = self.llmd.running.get_or_create(&flow);
+        let decremented = [&*gie, &*llmd].map(|gauge| {
+            gauge
+                .inner()
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| (v > 0).then(|| v - 1))
+                .is_ok()
+        });
+        if decremented[1] {
+            self.running_total.fetch_sub(1, Ordering::Relaxed);
+        }
+        if decremented.contains(&false) {
+            tracing::warn!(
+                model = l.model_name,
+                target = l.target_model_name,
+                "running_dec without a matching running_inc; gauge kept at zero"
+            );
+        }
+    }
+
+    /// A model rewrite rule `rewrite_name` rewrote `model` to `target`.
+    pub fn record_model_rewrite(&self, rewrite_name: &str, model: &str, target: &str) {
+        let labels = RewriteLabels {
+            model_rewrite_name: self.labels.config_names.get(rewrite_name),
+            model_name: self.labels.models.get(model),
+            target_model: self.labels.models.get(target),
+        };
+        self.llmd_rewrites.get_or_create(&labels).inc();
+        self.gie_rewrites.get_or_create(&labels).inc();
+    }
+}

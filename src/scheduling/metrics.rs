@@ -1,0 +1,140 @@
+//! The scheduler's families: end-to-end scheduling duration, scheduling attempts (by outcome, target model
+//! and picked endpoint) and per-plugin durations, under the GIE names (`inference_extension_scheduler_*`,
+//! `inference_extension_plugin_duration_seconds`) and the llm-d names (`llm_d_epp_scheduler_*`,
+//! `llm_d_epp_plugin_duration_seconds`).
+//!
+//! Attempt series carry the endpoint, so they go through the per-endpoint series index and are removed
+//! when the endpoint leaves the pool.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+
+use crate::datastore::Endpoint;
+use crate::metrics::{
+    alpha, EndpointSeries, GieAttemptLabels, HistogramFamily, LlmdAttemptLabels, MetricsRegistry,
+    PluginLabels, SharedLabels, TrackedEndpoint, SCHEDULER,
+};
+
+/// The note kind under which an endpoint remembers the target models of its attempt series.
+const TARGET: &str = "scheduler-target";
+
+const PLUGIN_HELP: &str =
+    "Plugin processing latency distribution in seconds for each extension point, plugin type and plugin name";
+
+/// The scheduler's families.
+#[derive(Debug, Clone)]
+pub struct SchedulerMetrics {
+    labels: Arc<SharedLabels>,
+    endpoints: Arc<EndpointSeries>,
+    gie_e2e: Histogram,
+    llmd_e2e: Histogram,
+    gie_attempts: Family<GieAttemptLabels, Counter>,
+    llmd_attempts: Family<LlmdAttemptLabels, Counter>,
+    gie_plugin: HistogramFamily<PluginLabels>,
+    llmd_plugin: HistogramFamily<PluginLabels>,
+}
+
+fn attempt_labels(tracked: &TrackedEndpoint, target: &crate::metrics::LabelValue) -> GieAttemptLabels {
+    GieAttemptLabels {
+        status: "success",
+        target_model_name: target.clone(),
+        pod_name: tracked.name.clone(),
+        namespace: tracked.namespace.clone(),
+        port: Some(tracked.port),
+    }
+}
+
+impl SchedulerMetrics {
+    /// Creates the families, registers them in `registry`, and prunes an endpoint's attempt series when
+    /// it leaves.
+    pub fn register(registry: &MetricsRegistry) -> Arc<Self> {
+        let m = Self {
+            labels: registry.labels().clone(),
+            endpoints: registry.endpoints().clone(),
+            gie_e2e: SCHEDULER.histogram(),
+            llmd_e2e: SCHEDULER.histogram(),
+            gie_attempts: Family::default(),
+            llmd_attempts: Family::default(),
+            gie_plugin: SCHEDULER.family(),
+            llmd_plugin: SCHEDULER.family(),
+        };
+        let r = registry;
+        r.register(
+            "inference_extension_scheduler_e2e_duration_seconds",
+            alpha("End-to-end scheduling latency distribution in seconds"),
+            m.gie_e2e.clone(),
+        );
+        r.register(
+            "inference_extension_scheduler_attempts",
+            alpha("Total number of scheduling attempts"),
+            m.gie_attempts.clone(),
+        );
+        r.register("inference_extension_plugin_duration_seconds", alpha(PLUGIN_HELP), m.gie_plugin.clone());
+        r.register(
+            "llm_d_epp_scheduler_e2e_duration_seconds",
+            alpha("End-to-end scheduling latency distribution in seconds"),
+            m.llmd_e2e.clone(),
+        );
+        r.register(
+            "llm_d_epp_scheduler_attempts",
+            alpha("Total number of scheduling attempts"),
+            m.llmd_attempts.clone(),
+        );
+        r.register("llm_d_epp_plugin_duration_seconds", alpha(PLUGIN_HELP), m.llmd_plugin.clone());
+        let (gie, llmd) = (m.gie_attempts.clone(), m.llmd_attempts.clone());
+        m.endpoints.add_pruner(Box::new(move |tracked| {
+            for target in tracked.noted(TARGET) {
+                let labels = attempt_labels(tracked, &target);
+                llmd.remove(&LlmdAttemptLabels::from(&labels));
+                gie.remove(&labels);
+            }
+        }));
+        Arc::new(m)
+    }
+
+    /// One scheduling cycle's duration and outcome; `endpoint` is the picked endpoint, `None` on failure.
+    pub fn record_scheduling(&self, duration: Duration, target_model: &str, endpoint: Option<&Endpoint>) {
+        let secs = duration.as_secs_f64();
+        self.gie_e2e.observe(secs);
+        self.llmd_e2e.observe(secs);
+        let target = self.labels.models.get(target_model);
+        match endpoint {
+            Some(endpoint) => self.endpoints.with(endpoint, |tracked| {
+                tracked.note(TARGET, &target);
+                let labels = attempt_labels(tracked, &target);
+                self.llmd_attempts.get_or_create(&LlmdAttemptLabels::from(&labels)).inc();
+                self.gie_attempts.get_or_create(&labels).inc();
+            }),
+            None => {
+                let empty = self.labels.models.get("");
+                let labels = GieAttemptLabels {
+                    status: "failure",
+                    target_model_name: target,
+                    pod_name: empty.clone(),
+                    namespace: empty,
+                    port: None,
+                };
+                self.llmd_attempts.get_or_create(&LlmdAttemptLabels::from(&labels)).inc();
+                self.gie_attempts.get_or_create(&labels).inc();
+            }
+        }
+    }
+
+    /// One plugin call's duration, by extension point (`Scorer`, `Filter`, ...), plugin type and name.
+    pub fn observe_plugin(
+        &self,
+        extension_point: &'static str,
+        plugin_type: &'static str,
+        name: &str,
+        secs: f64,
+    ) {
+        let labels =
+            PluginLabels { extension_point, plugin_type, plugin_name: self.labels.config_names.get(name) };
+        self.llmd_plugin.get_or_create(&labels).observe(secs);
+        self.gie_plugin.get_or_create(&labels).observe(secs);
+    }
+}
