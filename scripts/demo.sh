@@ -112,9 +112,10 @@ echo
 echo "== epp-bench: Poisson $RATE req/s for $DEMO_DURATION; every chat starts with one of 12 shared system"
 echo "   prompts (1000 words), then 100-300 words of question; 50-150 tokens out, streamed"
 bench_status=0
-"$BIN_DIR/epp-bench" run --url "http://127.0.0.1:$LISTEN_PORT" --model "$MODEL" --poisson "$RATE" \
-  --duration "$DEMO_DURATION" --prompt-tokens uniform:100-300 --output-tokens uniform:50-150 --prefix-groups 12 \
-  --prefix-tokens 1000 --max-error-rate 0 --json "$WORK/bench.json" >"$WORK/bench.txt" || bench_status=$?
+# The lab part's workload file, in epp-bench's units (crates/bench/src/lab_workload.rs).
+"$BIN_DIR/epp-bench" run --url "http://127.0.0.1:$LISTEN_PORT" --lab-workload crates/lab/inputs/workload-live.yaml \
+  --model "$MODEL" --poisson "$RATE" --duration "$DEMO_DURATION" --max-error-rate 0 --json "$WORK/bench.json" \
+  >"$WORK/bench.txt" || bench_status=$?
 # The latency part of epp-bench's summary (its per-backend lines are shown below with the GPU added).
 sed '/^backend /,$d' "$WORK/bench.txt"
 

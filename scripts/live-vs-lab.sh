@@ -47,11 +47,11 @@ LAB_WORKLOAD=crates/lab/inputs/workload-live.yaml
 RANDOM_CONFIG=crates/lab/inputs/configs/random.yaml
 MODEL=meta-llama/Llama-3.1-8B-Instruct
 PROFILES=h100-8b,h100-8b,l4-8b,l4-8b
-# The live twin of crates/lab/inputs/workload-live.yaml (see the token conversion there). Rate in simulated
-# req/s.
+# The live runs read the lab's own workload file (epp-bench converts its token units, see
+# crates/bench/src/lab_workload.rs); rate, duration and seed are set per round below. Rate in simulated
+# req/s (the file's).
 RATE=10
-LIVE_WORKLOAD=(--model "$MODEL" --prompt-tokens uniform:100-300 --output-tokens uniform:50-150
-  --prefix-groups 12 --prefix-tokens 1000)
+LIVE_WORKLOAD=(--lab-workload "$LAB_WORKLOAD" --model "$MODEL")
 SIM_PORTS=($((BASE_PORT + 1)) $((BASE_PORT + 2)) $((BASE_PORT + 3)) $((BASE_PORT + 4)))
 EPP_PORT=$((BASE_PORT + 10))
 EPP_METRICS_PORT=$((BASE_PORT + 12))
