@@ -1,14 +1,17 @@
-# !/usr/bin/env bash Demo: epp routing a heterogeneous fleet, live and in the lab. 1. Live: epp-sim runs 2
-# simulated H100s and 2 simulated L4s (vLLM-like latency, prefix caches, vLLM /metrics) behind Envoy
-# (full-duplex ext_proc) and epp (default profile). epp-bench sends Poisson traffic whose requests share 12
-# system prompts, then the demo shows where requests went (per replica: GPU, share, prefix-cache hit rate) and
-# the latency table. 2. Lab: the same fleet and workload in virtual time (crates/lab/inputs/fleet-live.yaml,
-# crates/lab/inputs/workload-live.yaml), routed by random, round-robin and the default profile side by side.
-# Everything started here is stopped on exit; the exit status is 0 when every live request succeeded. usage:
-# make demo   (or scripts/demo.sh after `cargo build --release --workspace --bins` and `make envoy`) env:
-# DEMO_DURATION (25s), RATE (10 req/s, live part only), LAB_DURATION (2m, virtual), PROFILE (release; debug
-# for make demo-smoke), BASE_PORT (18000: uses BASE_PORT+1..+4, +10..+12, +80, +99), ENVOY_BIN, KEEP_LOGS=1
-# (keep the logs directory and print where it is)
+#!/usr/bin/env bash
+# Demo: epp routing a heterogeneous fleet, live and in the lab.
+#   1. Live: epp-sim runs 2 simulated H100s and 2 simulated L4s (vLLM-like latency, prefix caches,
+#      vLLM /metrics) behind Envoy (full-duplex ext_proc) and epp (default profile). epp-bench sends
+#      Poisson traffic whose requests share 12 system prompts, then the demo shows where requests went
+#      (per replica: GPU, share, prefix-cache hit rate) and the latency table.
+#   2. Lab: the same fleet and workload in virtual time (crates/lab/inputs/fleet-live.yaml,
+#      crates/lab/inputs/workload-live.yaml, which the live part sends too), routed by random,
+#      round-robin and the default profile side by side.
+# Everything started here is stopped on exit; the exit status is 0 when every live request succeeded.
+#   usage: make demo   (or scripts/demo.sh after `cargo build --release --workspace --bins` and `make envoy`)
+#   env:   DEMO_DURATION (25s), RATE (10 req/s, live part only), LAB_DURATION (2m, virtual), PROFILE (release;
+#          debug for make demo-smoke), BASE_PORT (18000: uses BASE_PORT+1..+4, +10..+12, +80, +99), ENVOY_BIN,
+#          KEEP_LOGS=1 (keep the logs directory and print where it is)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -112,9 +115,10 @@ echo
 echo "== epp-bench: Poisson $RATE req/s for $DEMO_DURATION; every chat starts with one of 12 shared system"
 echo "   prompts (1000 words), then 100-300 words of question; 50-150 tokens out, streamed"
 bench_status=0
-"$BIN_DIR/epp-bench" run --url "http://127.0.0.1:$LISTEN_PORT" --model "$MODEL" --poisson "$RATE" \
-  --duration "$DEMO_DURATION" --prompt-tokens uniform:100-300 --output-tokens uniform:50-150 --prefix-groups 12 \
-  --prefix-tokens 1000 --max-error-rate 0 --json "$WORK/bench.json" >"$WORK/bench.txt" || bench_status=$?
+# The lab part's workload file, in epp-bench's units (crates/bench/src/lab_workload.rs).
+"$BIN_DIR/epp-bench" run --url "http://127.0.0.1:$LISTEN_PORT" --lab-workload crates/lab/inputs/workload-live.yaml \
+  --model "$MODEL" --poisson "$RATE" --duration "$DEMO_DURATION" --max-error-rate 0 --json "$WORK/bench.json" \
+  >"$WORK/bench.txt" || bench_status=$?
 # The latency part of epp-bench's summary (its per-backend lines are shown below with the GPU added).
 sed '/^backend /,$d' "$WORK/bench.txt"
 

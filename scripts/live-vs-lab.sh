@@ -1,28 +1,35 @@
-# !/usr/bin/env bash Does the virtual-time lab rank routing configs the way a live run does? One workload, one
-# fleet shape (2 × H100 + 2 × L4, crates/lab/inputs/fleet-live.yaml), three routers, measured twice: live:
-# epp-sim (real time) behind Envoy, driven by epp-bench, for each setup round-robin  Envoy direct, ROUND_ROBIN
-# over the 4 replicas (deploy/envoy/envoy-direct-pool.yaml) random       Envoy full duplex + epp with
-# crates/lab/inputs/configs/random.yaml (random-picker, no scorers) default      Envoy full duplex + epp with
-# its default profile (queue 2, KV 2, prefix 3) lab:  epp-bench lab on crates/lab/inputs/fleet-live.yaml +
-# crates/lab/inputs/workload-live.yaml with the same three routers (crates/lab/inputs/configs/random.yaml
-# through epp's pipeline, the round-robin and default baselines) Each live run gets a fresh fleet, epp and
-# Envoy, so no run inherits another's prefix caches, queues or epp state (a lab run starts cold too). Runs are
-# interleaved by round (rr, random, default, rr, ...) so machine noise spreads over all setups, and the setups
-# of one round send the same requests at the same times (same epp-bench seed). The lab does LAB_ROUNDS cold
-# runs of the same length with other seeds. Both sides are summarised alike: TTFT and E2E p90 are the mean
-# over rounds of each run's p90, throughput is completed requests over summed run time (first release to last
-# response, as the lab's makespan). The rankings by TTFT p90, E2E p90 and throughput are printed side by side
-# with a verdict; differences under TOLERANCE_LATENCY / TOLERANCE_THROUGHPUT count as ties. Results go to
-# $OUT_DIR and, unless BENCHMARKS_MD is empty, into BENCHMARKS.md between the live-vs-lab markers.
+#!/usr/bin/env bash
+# Does the virtual-time lab rank routing configs the way a live run does? One workload, one fleet shape
+# (2 × H100 + 2 × L4, crates/lab/inputs/fleet-live.yaml), three routers, measured twice:
+#   live: epp-sim (real time) behind Envoy, driven by epp-bench, for each setup
+#         round-robin  Envoy direct, ROUND_ROBIN over the 4 replicas (deploy/envoy/envoy-direct-pool.yaml)
+#         random       Envoy full duplex + epp with crates/lab/inputs/configs/random.yaml (random-picker,
+#                      no scorers)
+#         default      Envoy full duplex + epp with its default profile (queue 2, KV 2, prefix 3)
+#   lab:  epp-bench lab on crates/lab/inputs/fleet-live.yaml + crates/lab/inputs/workload-live.yaml (the
+#         file the live runs send too, via epp-bench --lab-workload) with the same three routers
+#         (crates/lab/inputs/configs/random.yaml through epp's pipeline, the round-robin and default
+#         baselines)
+# Each live run gets a fresh fleet, epp and Envoy, so no run inherits another's prefix caches, queues
+# or epp state (a lab run starts cold too). Runs are interleaved by round (rr, random, default, rr, ...)
+# so machine noise spreads over all setups, and the setups of one round send the same requests at the
+# same times (same epp-bench seed). The lab does LAB_ROUNDS cold runs of the same length with other
+# seeds. Both sides are summarised alike: TTFT and E2E p90 are the mean over rounds of each run's p90,
+# throughput is completed requests over summed run time (first release to last response, as the lab's
+# makespan). The rankings by TTFT p90, E2E p90 and throughput are printed side by side with a verdict;
+# differences under TOLERANCE_LATENCY / TOLERANCE_THROUGHPUT count as ties. Results go to $OUT_DIR and,
+# unless BENCHMARKS_MD is empty, into BENCHMARKS.md between the live-vs-lab markers.
 #
 #   usage: make live-vs-lab   (or scripts/live-vs-lab.sh after `cargo build --release --workspace --bins`,
-#   make envoy) env:   ROUNDS (3), DURATION (30: simulated seconds of arrivals per run), LAB_ROUNDS (40),
-#   TIME_SCALE (1: epp-sim's --time-scale; rates, run length and epp's scrape interval are scaled so the
-#   simulated workload stays the same, and live latencies are reported in simulated time), SEED (1), SETUPS
-#   ("round-robin random default"), TOLERANCE_LATENCY (0.05), TOLERANCE_THROUGHPUT (0.02), ENVOY_CONCURRENCY
-#   (1: Envoy's ROUND_ROBIN rotates per worker thread, and two workers' rotations merge into runs of
-#   consecutive requests to one replica, which is not the round robin the lab models), BASE_PORT (20000: uses
-#   +1..+4, +10..+12, +80, +99), OUT_DIR, BENCHMARKS_MD, PROFILE (release), ENVOY_BIN
+#              make envoy)
+#   env:   ROUNDS (3), DURATION (30: simulated seconds of arrivals per run), LAB_ROUNDS (40),
+#          TIME_SCALE (1: epp-sim's --time-scale; rates, run length and epp's scrape interval are scaled
+#          so the simulated workload stays the same, and live latencies are reported in simulated time),
+#          SEED (1), SETUPS ("round-robin random default"), TOLERANCE_LATENCY (0.05),
+#          TOLERANCE_THROUGHPUT (0.02), ENVOY_CONCURRENCY (1: Envoy's ROUND_ROBIN rotates per worker thread,
+#          and two workers' rotations merge into runs of consecutive requests to one replica, which is not
+#          the round robin the lab models), BASE_PORT (20000: uses +1..+4, +10..+12, +80, +99), OUT_DIR,
+#          BENCHMARKS_MD, PROFILE (release), ENVOY_BIN
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -47,11 +54,11 @@ LAB_WORKLOAD=crates/lab/inputs/workload-live.yaml
 RANDOM_CONFIG=crates/lab/inputs/configs/random.yaml
 MODEL=meta-llama/Llama-3.1-8B-Instruct
 PROFILES=h100-8b,h100-8b,l4-8b,l4-8b
-# The live twin of crates/lab/inputs/workload-live.yaml (see the token conversion there). Rate in simulated
-# req/s.
+# The live runs read the lab's own workload file (epp-bench converts its token units, see
+# crates/bench/src/lab_workload.rs); rate, duration and seed are set per round below. Rate in simulated
+# req/s (the file's).
 RATE=10
-LIVE_WORKLOAD=(--model "$MODEL" --prompt-tokens uniform:100-300 --output-tokens uniform:50-150
-  --prefix-groups 12 --prefix-tokens 1000)
+LIVE_WORKLOAD=(--lab-workload "$LAB_WORKLOAD" --model "$MODEL")
 SIM_PORTS=($((BASE_PORT + 1)) $((BASE_PORT + 2)) $((BASE_PORT + 3)) $((BASE_PORT + 4)))
 EPP_PORT=$((BASE_PORT + 10))
 EPP_METRICS_PORT=$((BASE_PORT + 12))

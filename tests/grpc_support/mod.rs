@@ -22,7 +22,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
-/// A fake model server: serves a vLLM-format `/metrics` page whose queue and KV values tests set.
+/// A fake model server: serves a vLLM-format `/metrics` page (rendered by `epp_sim::VllmPage`, the
+/// workspace's one renderer) whose queue and KV values tests set.
 #[derive(Clone)]
 pub struct FakeModelServer {
     pub addr: SocketAddr,
@@ -39,12 +40,14 @@ impl FakeModelServer {
             get(move || {
                 let (w, kv) = *s.lock().unwrap();
                 async move {
-                    format!(
-                        "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{engine=\"0\",model_name=\"m\"}} {w}\n\
-                         # TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{engine=\"0\",model_name=\"m\"}} 1\n\
-                         # TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"m\"}} {kv}\n\
-                         # TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"1000\"}} 1.0\n"
-                    )
+                    let mut page = epp_sim::VllmPage::new("m");
+                    (page.waiting, page.running, page.kv_usage) = (w as f64, 1.0, kv);
+                    page.cache = Some(epp_sim::CacheInfo {
+                        block_size: 16,
+                        num_gpu_blocks: 1000,
+                        enable_prefix_caching: true,
+                    });
+                    page.render()
                 }
             }),
         );

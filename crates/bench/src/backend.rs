@@ -2,13 +2,18 @@
 //! JSON answers of `chunks` tokens, a vLLM V1 `/metrics` page epp can scrape, and `x-backend-id`.
 //!
 //! Why the benchmark has its own: an overhead measurement needs a backend whose own cost is tiny and
-//! flat, and whose sockets set TCP_NODELAY. Without it, the response headers go out in one segment and
-//! Nagle holds every later chunk until that segment is acknowledged, which on a reused (keep-alive)
-//! connection waits for the peer's delayed ACK: ~40 ms added to every streamed answer, in all three
-//! setups alike, burying the differences being measured. (epp-test-backend and epp-sim serve without
-//! TCP_NODELAY as of this writing.) It does not parse the request JSON: it only looks for the
-//! `"stream":true` and `"include_usage":true` that epp-bench sends, so its cost does not grow with
-//! the prompt.
+//! flat, and whose sockets set TCP_NODELAY (without it, Nagle holds every streamed chunk after the
+//! headers until the peer's delayed ACK, ~40 ms per answer on a kept-alive connection; BENCHMARKS.md has
+//! the measurement). It does not parse the request JSON: it only looks for the `"stream":true` and
+//! `"include_usage":true` that epp-bench sends, so its cost does not grow with the prompt.
+//!
+//! Why it is not folded into epp-test-backend (which takes the same `--ports --id --model --chunks
+//! --chunk-delay-ms` flags, so `BACKEND=test-backend scripts/bench-overhead.sh` swaps them): the test
+//! backend's job is to be steered and inspected. It parses every body as JSON (usage from the prompt's
+//! words), copies each request into `/debug/last-request`, takes `x-test-*` knobs and streams through a
+//! task and channel; all of that is per-request work that grows with a 220 KB prompt and would sit in
+//! the "direct" baseline the overhead is measured against. What the two share is the page text: both
+//! render `/metrics` through `epp_sim::VllmPage`, the workspace's one vLLM exposition.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -72,16 +77,13 @@ fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Body>
     response
 }
 
+/// Running = requests in flight (streams included); idle otherwise; vLLM's default cache geometry.
 fn metrics(state: &BackendState) -> String {
-    let labels = format!("engine=\"0\",model_name=\"{}\"", state.options.model);
-    let running = state.in_flight.load(Ordering::Relaxed);
-    format!(
-        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{{labels}}} {running}.0\n\
-         # TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{{labels}}} 0.0\n\
-         # TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{{labels}}} 0.0\n\
-         # TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{block_size=\"16\",engine=\"0\",\
-         num_gpu_blocks=\"8192\"}} 1.0\n"
-    )
+    let mut page = epp_sim::VllmPage::new(&state.options.model);
+    page.running = state.in_flight.load(Ordering::Relaxed).max(0) as f64;
+    page.cache =
+        Some(epp_sim::CacheInfo { block_size: 16, num_gpu_blocks: 8192, enable_prefix_caching: true });
+    page.render()
 }
 
 /// The SSE event of content chunk `index`.

@@ -4,8 +4,8 @@
 //! Why deterministic per (conversation, turn): the text of a request depends only on the seed and its
 //! place in the run, never on scheduling order, so two runs with one seed send byte-identical bodies and
 //! turn `t` of a conversation really resends turns `0..t` (which is what prefix-aware routing keys on).
-//! One "token" is one short word plus a space (~5.5 bytes), close enough to what tokenizers do with
-//! English to size prompts, and exactly what epp-test-backend counts.
+//! One "token" is one short word plus a space ([`BYTES_PER_TOKEN`], ~6.2 bytes), close enough to what
+//! tokenizers do with English to size prompts, and exactly what epp-test-backend counts.
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
@@ -30,6 +30,22 @@ const VOCABULARY: &[&str] = &[
     "blue", "amber", "violet", "river", "stone", "cloud", "field", "forest", "ocean", "metal", "paper",
     "signal", "market", "garden", "window", "bridge", "harbor", "summit", "valley",
 ];
+
+/// Average bytes of one epp-bench token: a vocabulary word and its space (what converts other
+/// generators' token counts, e.g. the lab's, into epp-bench's; see [`crate::lab_workload`]).
+pub const BYTES_PER_TOKEN: f64 = vocabulary_bytes() as f64 / VOCABULARY.len() as f64;
+
+/// Bytes before the words of a shared system prompt (`System prompt 0: `; one more from group 10 on).
+pub const PREFIX_HEADER_BYTES: usize = "System prompt 0: ".len();
+
+const fn vocabulary_bytes() -> usize {
+    let (mut i, mut bytes) = (0, 0);
+    while i < VOCABULARY.len() {
+        bytes += VOCABULARY[i].len() + 1;
+        i += 1;
+    }
+    bytes
+}
 
 /// One request, ready to send.
 #[derive(Debug, Clone)]

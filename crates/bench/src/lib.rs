@@ -3,7 +3,7 @@
 //!
 //! Why it lives in the crate: every claim epp makes about speed is checked against a baseline measured
 //! in the same run, and the integration tests drive the same code the binary runs. Layout: [`workload`]
-//! (what to send; the YAML schema) → [`body`] (each request's body and headers, seeded) → [`runner`]
+//! (what to send; the YAML schema; [`lab_workload`] reads the lab's workload file instead) → [`body`] (each request's body and headers, seeded) → [`runner`]
 //! (preflight, open/closed loop) → [`client`] (one request: timings, error class) with [`sse`] (stream
 //! timing) → [`report`] / [`stats`] / [`svg`] (summaries and charts); [`compare`] runs several setups in
 //! interleaved rounds; [`criterion`] tabulates the micro-benchmarks; [`backend`] is the benchmark's own
@@ -15,6 +15,7 @@ pub mod client;
 pub mod compare;
 pub mod criterion;
 pub mod dist;
+pub mod lab_workload;
 pub mod objective;
 pub mod progress;
 pub mod report;

@@ -42,6 +42,10 @@ struct WorkloadArgs {
     /// YAML workload file (same keys as these flags, snake_case).
     #[arg(long)]
     workload: Option<PathBuf>,
+    /// The lab's workload file (crates/lab/inputs/*.yaml), converted to epp-bench units; flags still
+    /// override it.
+    #[arg(long, conflicts_with = "workload")]
+    lab_workload: Option<PathBuf>,
     /// Target: base URL (API path added) or full endpoint URL.
     #[arg(long)]
     url: Option<String>,
@@ -204,9 +208,10 @@ fn parse_api(s: &str) -> Result<Api, String> {
 impl WorkloadArgs {
     /// The workload file (if any) with these flags laid over it.
     fn resolve(self) -> Result<Workload, BenchError> {
-        let mut w = match &self.workload {
-            Some(path) => Workload::from_yaml_file(path)?,
-            None => Workload::default(),
+        let mut w = match (&self.workload, &self.lab_workload) {
+            (Some(path), _) => Workload::from_yaml_file(path)?,
+            (None, Some(path)) => epp_bench::lab_workload::load(path)?,
+            (None, None) => Workload::default(),
         };
         if self.rate.is_some() || self.poisson.is_some() || self.concurrency.is_some() {
             (w.rate, w.poisson, w.concurrency) = (self.rate, self.poisson, self.concurrency);

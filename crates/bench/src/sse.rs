@@ -4,13 +4,23 @@
 //! Why it takes arrival times from the caller: the network delivers bytes in arbitrary pieces (an event
 //! may be split, several may share one read), and the scanner only has to attribute each complete event
 //! to the moment its last byte arrived. Passing that moment in keeps the parsing testable without clocks.
+//!
+//! Why not the product's `epp::request::UsageScanner` (src/request/usage.rs): that scanner answers one
+//! question, the stream's last `usage`, and exposes no per-event hook, so it cannot time content events
+//! or see `[DONE]` and error events; widening it would change the product for the benchmark's sake. The
+//! two share the line rules (split on `\n`, strip a trailing `\r`, `data:` prefix) and the bound on a
+//! partial line (1 MiB, [`MAX_LINE_BYTES`]; vLLM's events are a few hundred bytes), and a test checks
+//! they read the same `usage` from the same stream. They differ past the bound on purpose: the product
+//! drops the long line and keeps scanning (usage accounting must never break a response), the bench
+//! marks the stream broken (a measurement that skipped events would misreport TTFT and gaps).
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
-/// Longest line kept while waiting for its end; a stream exceeding it is treated as broken.
-const MAX_LINE_BYTES: usize = 16 << 20;
+/// Longest line kept while waiting for its end; a stream exceeding it is treated as broken. The same
+/// bound as the product's `MAX_PENDING_LINE` (src/request/usage.rs).
+pub const MAX_LINE_BYTES: usize = 1 << 20;
 
 #[derive(Deserialize)]
 struct Event {
@@ -212,6 +222,29 @@ mod tests {
         let mut g = SseScanner::default();
         g.feed(b": comment\nevent: x\ndata: {nope\n\n", ms(1));
         assert!(g.error.as_deref().unwrap().contains("unparsable"));
+    }
+
+    #[test]
+    fn usage_agrees_with_the_products_scanner_and_long_lines_break_the_stream() {
+        let stream = format!(
+            "{}{}data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":2}}}}\r\n\r\ndata: [DONE]\n\n",
+            chat("a"),
+            chat("b")
+        );
+        let (mut bench, mut product) = (SseScanner::default(), epp::request::UsageScanner::new());
+        // Fed in 7-byte pieces so both must carry partial lines between reads.
+        for (i, piece) in stream.as_bytes().chunks(7).enumerate() {
+            bench.feed(piece, ms(i as u64));
+            product.feed(piece);
+        }
+        let product_tokens = product.usage().map(|u| u.completion_tokens);
+        assert_eq!(bench.usage_completion_tokens, product_tokens);
+        assert_eq!(bench.usage_completion_tokens, Some(2));
+        assert!(bench.complete());
+        let mut long = SseScanner::default();
+        long.feed(b"data: {\"choices\":[{\"text\":\"", ms(1));
+        long.feed(&vec![b'x'; MAX_LINE_BYTES], ms(2));
+        assert!(long.error.as_deref().is_some_and(|e| e.contains("longer than")), "{:?}", long.error);
     }
 
     #[test]

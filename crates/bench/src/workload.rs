@@ -138,6 +138,9 @@ pub enum WorkloadError {
     Read { path: String, source: std::io::Error },
     #[error("workload file {path}: {message}")]
     Parse { path: String, message: String },
+    /// A lab workload key epp-bench cannot send (see [`crate::lab_workload`]).
+    #[error("lab workload key {field}: {message}")]
+    Unsupported { field: &'static str, message: String },
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> WorkloadError {

@@ -1,15 +1,17 @@
-//! The live-vs-lab check (scripts/live-vs-lab.sh, BENCHMARKS.md §4) is only fair while
-//! crates/lab/inputs/workload-live.yaml describes what the script's epp-bench flags send. The two generators
-//! differ (epp-bench writes words, the lab writes 4-byte tokens), so these tests build both request streams
-//! and measure them in simulator tokens, the unit both epp-sim and the lab count: a change to either
-//! generator, to the tokenizer or to the script's flags that breaks the pairing fails here instead of quietly
-//! skewing the comparison. They also run the lab files and crates/lab/inputs/configs/random.yaml once.
+//! The live-vs-lab check (scripts/live-vs-lab.sh, BENCHMARKS.md §4) is only fair while the live runs
+//! send what crates/lab/inputs/workload-live.yaml describes. Both read that one file (epp-bench through
+//! `--lab-workload`, converting its token units in crates/bench/src/lab_workload.rs), but the two
+//! generators differ (epp-bench writes words, the lab writes 4-byte tokens), so these tests build both
+//! request streams and measure them in simulator tokens, the unit both epp-sim and the lab count: a change
+//! to either generator, to the conversion, to the tokenizer or to the script's flags that breaks the
+//! pairing fails here instead of quietly skewing the comparison. They also run the lab files and
+//! crates/lab/inputs/configs/random.yaml once.
 
 use std::path::{Path, PathBuf};
 
 use epp::request::parse_request;
 use epp_bench::body::RequestFactory;
-use epp_bench::{Distribution, Workload as BenchWorkload};
+use epp_bench::Workload as BenchWorkload;
 use epp_lab::values::Seconds;
 use epp_lab::workload::Arrival;
 use epp_lab::{compare, Fleet, Plan, RouterChoice, RouterSpec, Workload as LabWorkload};
@@ -28,7 +30,8 @@ fn read(path: &str) -> String {
 
 /// The value after `flag` in the script's `LIVE_WORKLOAD=(...)` array.
 fn script_flag(script: &str, flag: &str) -> String {
-    let start = script.find("LIVE_WORKLOAD=(").expect("LIVE_WORKLOAD in the script");
+    let start =
+        script.find("LIVE_WORKLOAD=(").expect("LIVE_WORKLOAD in the script") + "LIVE_WORKLOAD=(".len();
     let end = start + script[start..].find(')').expect("end of LIVE_WORKLOAD");
     let words: Vec<&str> = script[start..end].split_whitespace().collect();
     let at = words.iter().position(|w| *w == flag).unwrap_or_else(|| panic!("{flag} in LIVE_WORKLOAD"));
@@ -41,18 +44,25 @@ fn script_rate(script: &str) -> f64 {
     line["RATE=".len()..].trim().parse().expect("a numeric RATE")
 }
 
-/// What the script's epp-bench runs send.
+/// The value of `NAME=` in the script.
+fn script_var(script: &str, name: &str) -> String {
+    let prefix = format!("{name}=");
+    let line =
+        script.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("{name}= in the script"));
+    line[prefix.len()..].trim().to_string()
+}
+
+/// What the script's epp-bench runs send: the lab workload file its `--lab-workload` names, at the
+/// script's rate (each round passes `--poisson`).
 fn live_workload(script: &str) -> BenchWorkload {
-    BenchWorkload {
-        url: Some("http://127.0.0.1:1".into()),
-        model: "meta-llama/Llama-3.1-8B-Instruct".into(),
-        poisson: Some(script_rate(script)),
-        prompt_tokens: script_flag(script, "--prompt-tokens").parse::<Distribution>().unwrap(),
-        output_tokens: script_flag(script, "--output-tokens").parse::<Distribution>().unwrap(),
-        prefix_groups: script_flag(script, "--prefix-groups").parse().unwrap(),
-        prefix_tokens: script_flag(script, "--prefix-tokens").parse().unwrap(),
-        ..Default::default()
-    }
+    assert_eq!(script_flag(script, "--lab-workload"), "\"$LAB_WORKLOAD\"");
+    let file = script_var(script, "LAB_WORKLOAD");
+    let mut live = epp_bench::lab_workload::load(&repo(&file)).unwrap();
+    assert_eq!(script_flag(script, "--model"), "\"$MODEL\"");
+    live.model = script_var(script, "MODEL");
+    live.url = Some("http://127.0.0.1:1".into());
+    live.poisson = Some(script_rate(script));
+    live
 }
 
 /// Prompt sizes in simulator tokens (as epp-sim and the lab tokenize them) and max_tokens.

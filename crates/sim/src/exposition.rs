@@ -5,93 +5,103 @@
 //! client sorts them), `_total` counters with their `_created` gauges, vLLM's histogram buckets, the
 //! info-style gauges (`cache_config_info`, `lora_requests_info`), and Go-style float formatting
 //! (`1.8874368e+07`). `--legacy-metric-names` renders the pre-0.10 KV names instead.
+//!
+//! Why public ([`VllmPage`]): this is the workspace's one renderer of vLLM-format `/metrics` text. The
+//! fake model servers (epp-test-backend, the testkit's held backends, `epp-bench backend`, the root
+//! gRPC tests' server) fill in the load gauges and info series and render them here, so a change in
+//! vLLM's exposition (upstream vllm-project/vllm:vllm/v1/metrics/loggers.py) is made once.
 
 use std::fmt::Write;
 
 use super::engine::{EngineConfig, EngineStats, FinishReason};
+#[cfg(test)]
+use super::histograms::TOKEN_LATENCY_BUCKETS;
+pub(crate) use super::histograms::{Histogram, RequestMetrics};
 
-/// vLLM's TTFT buckets.
-pub(crate) const TTFT_BUCKETS: &[f64] = &[
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-    80.0, 160.0, 640.0, 2560.0,
-];
-/// vLLM's per-token latency buckets (TPOT, ITL, per-request TPOT).
-pub(crate) const TOKEN_LATENCY_BUCKETS: &[f64] = &[
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-];
-/// vLLM's request-phase buckets (e2e, queue, inference, prefill, decode).
-pub(crate) const REQUEST_LATENCY_BUCKETS: &[f64] = &[
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-    960.0, 1920.0, 7680.0,
-];
-
-/// A Prometheus histogram: per-bucket counts (the last is `+Inf`), sum and count.
-#[derive(Debug, Clone)]
-pub(crate) struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
+/// The gauges and info series of a vLLM V1 page: what epp's scraper reads for routing.
+///
+/// Why public: every fake model server in the workspace (epp-test-backend, the held backends, the
+/// overhead benchmark's backend, the root gRPC tests) renders its `/metrics` through this, so there is
+/// one place that knows vLLM's names, HELP text, label order and number format. The simulator renders
+/// the same struct and adds its counters and histograms (see [`render`]).
+///
+/// ```
+/// let loras = ["sql-lora".to_string()];
+/// let mut page = epp_sim::VllmPage::new("m");
+/// page.waiting = 3.0;
+/// page.lora = Some(epp_sim::LoraInfo { max_loras: 4, running: &loras, waiting: &[], updated_unix: 0.0 });
+/// assert!(page.render().contains("vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 3.0\n"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct VllmPage<'a> {
+    /// The `model_name` label.
+    pub model: &'a str,
+    pub running: f64,
+    pub waiting: f64,
+    /// 0..=1.
+    pub kv_usage: f64,
+    /// Pre-0.10 names (`gpu_cache_usage_perc`, `gpu_prefix_cache_*`).
+    pub legacy_names: bool,
+    /// `vllm:lora_requests_info`; vLLM registers it only when LoRA is enabled.
+    pub lora: Option<LoraInfo<'a>>,
+    /// `vllm:cache_config_info`, from which epp reads the KV block size and pool size.
+    pub cache: Option<CacheInfo>,
 }
 
-impl Histogram {
-    pub(crate) fn new(bounds: &'static [f64]) -> Self {
-        Self { bounds, counts: vec![0; bounds.len() + 1], sum: 0.0, count: 0 }
-    }
-
-    pub(crate) fn observe(&mut self, value: f64) {
-        let value = value.max(0.0);
-        let bucket = self.bounds.iter().position(|&b| value <= b).unwrap_or(self.bounds.len());
-        self.counts[bucket] += 1;
-        self.sum += value;
-        self.count += 1;
-    }
+/// The labels (and value) of `vllm:lora_requests_info`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraInfo<'a> {
+    pub max_loras: usize,
+    pub running: &'a [String],
+    pub waiting: &'a [String],
+    /// Unix seconds: the series' value (vLLM writes the time of the last update).
+    pub updated_unix: f64,
 }
 
-/// The request-level series a replica records as its requests progress (simulated seconds).
-#[derive(Debug, Clone)]
-pub(crate) struct RequestMetrics {
-    pub ttft: Histogram,
-    /// Every gap between two tokens; vLLM feeds both `time_per_output_token` and `inter_token_latency`.
-    pub inter_token: Histogram,
-    pub request_tpot: Histogram,
-    pub e2e: Histogram,
-    pub queue: Histogram,
-    pub inference: Histogram,
-    pub prefill: Histogram,
-    pub decode: Histogram,
-    /// Finished requests by reason: stop, length, abort.
-    pub success: [u64; 3],
+/// The labels of `vllm:cache_config_info` that vary between engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheInfo {
+    pub block_size: usize,
+    pub num_gpu_blocks: usize,
+    pub enable_prefix_caching: bool,
 }
 
-impl Default for RequestMetrics {
-    fn default() -> Self {
+impl<'a> VllmPage<'a> {
+    /// An idle engine serving `model`: zero load, no LoRA, no cache config series.
+    pub fn new(model: &'a str) -> Self {
         Self {
-            ttft: Histogram::new(TTFT_BUCKETS),
-            inter_token: Histogram::new(TOKEN_LATENCY_BUCKETS),
-            request_tpot: Histogram::new(TOKEN_LATENCY_BUCKETS),
-            e2e: Histogram::new(REQUEST_LATENCY_BUCKETS),
-            queue: Histogram::new(REQUEST_LATENCY_BUCKETS),
-            inference: Histogram::new(REQUEST_LATENCY_BUCKETS),
-            prefill: Histogram::new(REQUEST_LATENCY_BUCKETS),
-            decode: Histogram::new(REQUEST_LATENCY_BUCKETS),
-            success: [0; 3],
+            model,
+            running: 0.0,
+            waiting: 0.0,
+            kv_usage: 0.0,
+            legacy_names: false,
+            lora: None,
+            cache: None,
         }
     }
-}
 
-impl RequestMetrics {
-    pub(crate) fn count_finished(&mut self, reason: FinishReason) {
-        let slot = match reason {
-            FinishReason::Stop => 0,
-            FinishReason::Length => 1,
-            FinishReason::Abort => 2,
-        };
-        self.success[slot] += 1;
+    /// The page text.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(1024);
+        self.render_into(&mut out);
+        out
+    }
+
+    /// Renders into `out` (cleared first), so a server can reuse one buffer.
+    pub fn render_into(&self, out: &mut String) {
+        write_page(out, self, None);
     }
 }
 
-/// Everything one page shows.
+/// The simulator's counters and histograms: what a page shows beyond [`VllmPage`].
+struct History<'a> {
+    stats: &'a EngineStats,
+    requests: &'a RequestMetrics,
+    /// Unix seconds: the `_created` value of every counter and histogram.
+    created: f64,
+}
+
+/// Everything one simulator page shows.
 pub(crate) struct PageInputs<'a> {
     pub model: &'a str,
     pub config: &'a EngineConfig,
@@ -108,7 +118,7 @@ pub(crate) struct PageInputs<'a> {
 
 /// Python `prometheus_client`'s `floatToGoString`: Python's repr, switched to Go-style exponents for
 /// numbers with more than six integer digits.
-pub(crate) fn go_float(value: f64) -> String {
+pub fn go_float(value: f64) -> String {
     if value.is_nan() {
         return "NaN".into();
     }
@@ -193,33 +203,85 @@ fn label_value(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// Renders the whole page into `out` (cleared first).
+/// Renders a simulator's whole page into `out` (cleared first).
 pub(crate) fn render(out: &mut String, page: &PageInputs<'_>) {
-    out.clear();
     let stats = page.stats;
+    let lora = page.lora.map(|max_loras| LoraInfo {
+        max_loras,
+        running: &stats.running_loras,
+        waiting: &stats.waiting_loras,
+        updated_unix: page.now,
+    });
+    let gauges = VllmPage {
+        model: page.model,
+        running: stats.running as f64,
+        waiting: stats.waiting as f64,
+        kv_usage: stats.kv_usage,
+        legacy_names: page.legacy_names,
+        lora,
+        cache: Some(CacheInfo {
+            block_size: page.config.block_size,
+            num_gpu_blocks: page.config.num_gpu_blocks,
+            enable_prefix_caching: page.config.enable_prefix_caching,
+        }),
+    };
+    write_page(out, &gauges, Some(&History { stats, requests: page.requests, created: page.created }));
+}
+
+/// The page in vLLM's order: load gauges, then (simulator only) counters and histograms, then the
+/// info series.
+fn write_page(out: &mut String, page: &VllmPage<'_>, history: Option<&History<'_>>) {
+    out.clear();
     let mut p = Page {
         out,
         labels: format!("engine=\"0\",model_name=\"{}\"", label_value(page.model)),
-        created: page.created,
+        created: history.map_or(0.0, |h| h.created),
     };
-    p.gauge(
-        "vllm:num_requests_running",
-        "Number of requests in model execution batches.",
-        stats.running as f64,
-    );
-    p.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", stats.waiting as f64);
+    p.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", page.running);
+    p.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", page.waiting);
     if page.legacy_names {
-        p.gauge(
-            "vllm:gpu_cache_usage_perc",
-            "GPU KV-cache usage. 1 means 100 percent usage.",
-            stats.kv_usage,
+        let help = "GPU KV-cache usage. 1 means 100 percent usage.";
+        p.gauge("vllm:gpu_cache_usage_perc", help, page.kv_usage);
+    } else {
+        p.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", page.kv_usage);
+    }
+    if let Some(history) = history {
+        write_history(&mut p, history, page.legacy_names);
+    }
+    if let Some(lora) = &page.lora {
+        p.header("vllm:lora_requests_info", "Running stats on lora requests.", "gauge");
+        let _ = writeln!(
+            p.out,
+            "vllm:lora_requests_info{{max_lora=\"{}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"}} {}",
+            lora.max_loras,
+            label_value(&lora.running.join(",")),
+            label_value(&lora.waiting.join(",")),
+            go_float(lora.updated_unix),
         );
+    }
+    if let Some(cache) = &page.cache {
+        p.header("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", "gauge");
+        let _ = writeln!(
+            p.out,
+            "vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"auto\",enable_prefix_caching=\"{}\",engine=\"0\",\
+             gpu_memory_utilization=\"0.9\",num_gpu_blocks=\"{}\",prefix_caching_hash_algo=\"sha256\",\
+             sliding_window=\"None\"}} 1.0",
+            cache.block_size,
+            if cache.enable_prefix_caching { "True" } else { "False" },
+            cache.num_gpu_blocks,
+        );
+    }
+}
+
+/// The counters and histograms only the simulator has.
+fn write_history(p: &mut Page<'_>, history: &History<'_>, legacy_names: bool) {
+    let stats = history.stats;
+    if legacy_names {
         let queries = "GPU prefix cache queries, in terms of number of queried tokens.";
         p.counter("vllm:gpu_prefix_cache_queries", queries, stats.prefix_queries);
         let hits = "GPU prefix cache hits, in terms of number of cached tokens.";
         p.counter("vllm:gpu_prefix_cache_hits", hits, stats.prefix_hits);
     } else {
-        p.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", stats.kv_usage);
         let queries = "Prefix cache queries, in terms of number of queried tokens.";
         p.counter("vllm:prefix_cache_queries", queries, stats.prefix_queries);
         p.counter(
@@ -235,7 +297,7 @@ pub(crate) fn render(out: &mut String, page: &PageInputs<'_>) {
     let success_help = "Count of successfully processed requests.";
     p.header("vllm:request_success_total", success_help, "counter");
     let reasons = [FinishReason::Stop, FinishReason::Length, FinishReason::Abort];
-    for (reason, count) in reasons.iter().zip(page.requests.success) {
+    for (reason, count) in reasons.iter().zip(history.requests.success) {
         let labels = p.labels.replacen(
             ",model_name",
             &format!(",finished_reason=\"{}\",model_name", reason.as_str()),
@@ -245,7 +307,7 @@ pub(crate) fn render(out: &mut String, page: &PageInputs<'_>) {
     }
     p.created("vllm:request_success", success_help, Some(("finished_reason", &["stop", "length", "abort"])));
 
-    let r = page.requests;
+    let r = history.requests;
     p.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", &r.ttft);
     p.histogram(
         "vllm:time_per_output_token_seconds",
@@ -269,28 +331,6 @@ pub(crate) fn render(out: &mut String, page: &PageInputs<'_>) {
     for (name, phase, histogram) in phases {
         p.histogram(name, &format!("Histogram of time spent in {phase} phase for request."), histogram);
     }
-
-    if let Some(max_loras) = page.lora {
-        p.header("vllm:lora_requests_info", "Running stats on lora requests.", "gauge");
-        let _ = writeln!(
-            p.out,
-            "vllm:lora_requests_info{{max_lora=\"{max_loras}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"}} {}",
-            label_value(&stats.running_loras.join(",")),
-            label_value(&stats.waiting_loras.join(",")),
-            go_float(page.now),
-        );
-    }
-    let cfg = page.config;
-    p.header("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", "gauge");
-    let _ = writeln!(
-        p.out,
-        "vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"auto\",enable_prefix_caching=\"{}\",engine=\"0\",\
-         gpu_memory_utilization=\"0.9\",num_gpu_blocks=\"{}\",prefix_caching_hash_algo=\"sha256\",\
-         sliding_window=\"None\"}} 1.0",
-        cfg.block_size,
-        if cfg.enable_prefix_caching { "True" } else { "False" },
-        cfg.num_gpu_blocks,
-    );
 }
 
 #[cfg(test)]

@@ -136,3 +136,47 @@ fn histogram_buckets_are_cumulative() {
     assert_eq!(h.counts[1], 1);
     assert_eq!(*h.counts.last().unwrap(), 1);
 }
+
+#[test]
+fn fake_server_page_has_only_what_is_set_and_extracts() {
+    let loras = vec!["a\"b".to_string()];
+    let mut page = VllmPage::new("fake");
+    let bare = page.render();
+    assert!(bare.contains("vllm:num_requests_running{engine=\"0\",model_name=\"fake\"} 0.0\n"), "{bare}");
+    assert!(!bare.contains("cache_config_info") && !bare.contains("lora_requests_info"));
+    assert!(!bare.contains("_total"), "no counters without a simulator history");
+    page.running = 2.0;
+    page.waiting = 5.0;
+    page.kv_usage = 0.25;
+    page.lora = Some(LoraInfo { max_loras: 4, running: &loras, waiting: &[], updated_unix: 1.7559312e9 });
+    page.cache = Some(CacheInfo { block_size: 16, num_gpu_blocks: 8192, enable_prefix_caching: true });
+    let text = page.render();
+    assert!(text.contains("vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"a\\\"b\",waiting_lora_adapters=\"\"} 1.7559312e+09\n"), "{text}");
+    let vllm = EngineSet::builtin().get("vllm").unwrap().clone();
+    let out = extract(text.as_bytes(), &vllm, &EndpointMetrics::default(), Instant::now());
+    assert_eq!(out.error, None);
+    let m = out.metrics;
+    assert_eq!((m.waiting_queue_size, m.running_requests, m.kv_cache_usage), (5, 2, 0.25));
+    assert_eq!((m.cache_block_size, m.cache_num_blocks, m.max_active_models), (16, 8192, 4));
+}
+
+#[test]
+fn simulator_page_is_the_fake_page_plus_its_history() {
+    // The gauges and info series a simulator writes are exactly what VllmPage writes for the same values.
+    let text = page(false, Some(2));
+    let running = ["food-review-1".to_string()];
+    let gauges = VllmPage {
+        model: "Qwen/Qwen3-32B",
+        running: 14.0,
+        waiting: 3.0,
+        kv_usage: 0.6421875,
+        legacy_names: false,
+        lora: Some(LoraInfo { max_loras: 2, running: &running, waiting: &[], updated_unix: 1.7559318e9 }),
+        cache: Some(CacheInfo { block_size: 16, num_gpu_blocks: 81767, enable_prefix_caching: true }),
+    }
+    .render();
+    let gauge_lines: Vec<&str> = gauges.lines().collect();
+    let page_lines: Vec<&str> = text.lines().collect();
+    assert_eq!(page_lines[..9], gauge_lines[..9], "load gauges first, in the same order");
+    assert_eq!(page_lines[page_lines.len() - 6..], gauge_lines[9..], "info series last");
+}

@@ -8,7 +8,8 @@
 //! vLLM-format `/metrics`; a virtual-time lab can drive the same engine without a clock.
 
 pub mod engine;
-mod exposition;
+pub mod exposition;
+mod histograms;
 mod kv;
 mod openai;
 mod profile;
@@ -21,6 +22,7 @@ pub use engine::{
     FinishReason, RequestEvent, SimRequest, StepResult, StepShape,
 };
 
+pub use exposition::{go_float, CacheInfo, LoraInfo, VllmPage};
 pub use server::{serve, FaultOptions, MetricsMode, ServeOptions, SimError};
 
 #[cfg(test)]

@@ -253,14 +253,12 @@ fn completion(body: &[u8]) -> Value {
     })
 }
 
-/// vLLM V1 gauges: running = in-flight requests, nothing waiting, KV usage 0.1 per in-flight request.
+/// vLLM V1 gauges (rendered by `epp_sim::VllmPage`, the workspace's one vLLM `/metrics` renderer):
+/// running = in-flight requests, nothing waiting, KV usage 0.1 per in-flight request, no info series.
 fn metrics_text(backend: &Backend) -> String {
     let running = backend.in_flight.load(Ordering::SeqCst).max(0) as f64;
-    let kv = (running * 0.1).min(1.0);
-    let labels = "engine=\"0\",model_name=\"held-model\"";
-    format!(
-        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{{labels}}} {running:?}\n\
-         # TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{{labels}}} 0.0\n\
-         # TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{{labels}}} {kv:?}\n"
-    )
+    let mut page = epp_sim::VllmPage::new("held-model");
+    page.running = running;
+    page.kv_usage = (running * 0.1).min(1.0);
+    page.render()
 }

@@ -1,12 +1,14 @@
-//! The load a fake backend reports, and its vLLM V1 `/metrics` exposition.
+//! The load a fake backend reports, and the values of its vLLM V1 `/metrics` page.
 //!
 //! Why separate: tests steer epp's scheduler only through what it scrapes, so this file is the contract
-//! with epp's metrics parser: vLLM V1 names, `engine="0"` plus `model_name` labels (sorted, as
-//! `prometheus_client` writes them), and the info-style `lora_requests_info` / `cache_config_info` series
-//! (upstream vllm-project/vllm:vllm/v1/metrics/loggers.py).
+//! between `POST /admin/metrics` and the page. The text itself (vLLM V1 names, `engine="0"` plus
+//! `model_name` labels, the info-style `lora_requests_info` / `cache_config_info` series, upstream
+//! vllm-project/vllm:vllm/v1/metrics/loggers.py) is rendered by `epp_sim::VllmPage`, the one renderer
+//! the simulator and every fake server share.
 
 use std::sync::atomic::Ordering;
 
+use epp_sim::{CacheInfo, LoraInfo, VllmPage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -54,48 +56,31 @@ impl LoadSettings {
     }
 }
 
-fn escape_label(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-/// The vLLM V1 exposition (see upstream vllm-project/vllm:vllm/v1/metrics/loggers.py): `engine="0"` plus
-/// `model_name` labels, labels sorted.
+/// The vLLM V1 page, rendered by epp-sim's exposition (the workspace's one vLLM `/metrics` renderer):
+/// running is the set value plus the requests in flight; `lora_requests_info` and `cache_config_info`
+/// are always present.
 pub(crate) fn render_metrics(backend: &Backend) -> String {
-    use std::fmt::Write;
     let load = lock(&backend.load).clone();
     let running = load.running + backend.in_flight.load(Ordering::SeqCst) as f64;
-    let labels = format!("engine=\"0\",model_name=\"{}\"", escape_label(&backend.model));
-    let mut out = String::with_capacity(2048);
-    let gauges = [
-        ("num_requests_running", "Number of requests in model execution batches.", running),
-        ("num_requests_waiting", "Number of requests waiting to be processed.", load.waiting),
-        ("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", load.kv),
-    ];
-    for (name, help, value) in gauges {
-        let _ = write!(
-            out,
-            "# HELP vllm:{name} {help}\n# TYPE vllm:{name} gauge\nvllm:{name}{{{labels}}} {value:?}\n"
-        );
+    VllmPage {
+        model: &backend.model,
+        running,
+        waiting: load.waiting,
+        kv_usage: load.kv,
+        legacy_names: false,
+        lora: Some(LoraInfo {
+            max_loras: load.max_lora as usize,
+            running: &load.running_lora,
+            waiting: &load.waiting_lora,
+            updated_unix: backend.started_unix as f64,
+        }),
+        cache: Some(CacheInfo {
+            block_size: load.block_size as usize,
+            num_gpu_blocks: load.num_gpu_blocks as usize,
+            enable_prefix_caching: true,
+        }),
     }
-    let _ = write!(
-        out,
-        "# HELP vllm:lora_requests_info Running stats on lora requests.\n\
-         # TYPE vllm:lora_requests_info gauge\n\
-         vllm:lora_requests_info{{max_lora=\"{}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"}} {:?}\n",
-        load.max_lora,
-        escape_label(&load.running_lora.join(",")),
-        escape_label(&load.waiting_lora.join(",")),
-        backend.started_unix as f64,
-    );
-    let _ = write!(
-        out,
-        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n\
-         # TYPE vllm:cache_config_info gauge\n\
-         vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",\
-         engine=\"0\",num_gpu_blocks=\"{}\"}} 1.0\n",
-        load.block_size, load.num_gpu_blocks,
-    );
-    out
+    .render()
 }
 
 #[cfg(test)]
