@@ -178,6 +178,8 @@ impl Server {
             parse_bodies: loaded.parser == config::ParserKind::OpenAi,
         };
         let detector = hooks.saturation_detector.or_else(|| configured_detector(&loaded));
+        // Registered whether or not the gate is on, as upstream does: dashboards read 0, not "no data".
+        let flow_metrics = FlowControlMetrics::register(&metrics);
         let flow_controller = loaded.flow_control.as_ref().map(|settings| {
             let (detector_name, detector) = detector.clone().unwrap_or_else(|| {
                 tracing::warn!(
@@ -190,7 +192,7 @@ impl Server {
                 detector,
                 detector_name,
                 datastore: datastore.clone(),
-                metrics: FlowControlMetrics::register(&metrics),
+                metrics: flow_metrics.clone(),
                 subset_match: options.subset_match,
             };
             FlowController::new(settings, parts)

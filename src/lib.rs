@@ -1,13 +1,15 @@
 //! epp: an Endpoint Picker for LLM inference gateways.
 //!
-//! The request path, top to bottom: [`extproc`] (the Envoy ext_proc stream) → [`request`] (OpenAI body
-//! parsing) → [`director`] (rewrite, admission, candidates) → [`flowcontrol`] → [`scheduling`] (plugin
-//! pipeline) → back to [`extproc`] with the chosen endpoint. Beside it: [`datastore`] (endpoints and their
-//! telemetry), [`telemetry`] (scrapers and the metrics text parser), [`metrics`] (epp's own Prometheus
-//! registry) and [`config`] (the EndpointPickerConfig loader).
+//! The request path, top to bottom: [`extproc`] (the Envoy ext_proc stream) → [`director`] (prepare:
+//! [`request`] parsing and rewrite; admit: [`flowcontrol`]; decide: [`scheduling`]'s plugin pipeline;
+//! finish: the routing answer) → back to [`extproc`] with the chosen endpoint; the response flows back
+//! through the director's `ActiveRequest` into [`request`]'s response reader. Beside it: [`datastore`]
+//! (endpoints, their telemetry, subset queries), [`telemetry`] (scrapers, the metrics text parser, pool
+//! gauges), [`metrics`] (the registry each component registers its own families in), [`wire`] (header and
+//! metadata names), [`error`], and [`config`] (builds every part from the EndpointPickerConfig). The
+//! layers are drawn in README.md and checked by `scripts/check-layers.py`.
 
 pub mod app;
-
 pub mod cli;
 pub mod config;
 pub mod datastore;
@@ -15,10 +17,8 @@ pub mod director;
 pub mod error;
 pub mod extproc;
 pub mod flowcontrol;
-
 pub mod metrics;
 pub mod request;
 pub mod scheduling;
-
 pub mod telemetry;
 pub mod wire;

@@ -341,7 +341,7 @@ fn remove_endpoint_drops_all_its_series() {
         m.scheduler.record_scheduling(Duration::from_micros(100), "llama", Some(ep));
     }
     m.pool.update_pool(&[a.clone(), b.clone()], Instant::now(), Duration::from_secs(2));
-    m.pool.remove_endpoint(&a);
+    m.plugins.inflight.remove_endpoint(&a);
     let text = m.encode();
     for name in
         ["llm_d_epp_inflight_requests", "llm_d_epp_inflight_tokens", "llm_d_epp_scheduler_attempts_total"]
@@ -363,7 +363,7 @@ fn same_name_at_new_address_replaces_the_old_series() {
     m.scheduler.record_scheduling(Duration::ZERO, "llama", Some(&old));
     m.scheduler.record_scheduling(Duration::ZERO, "llama", Some(&new));
     // Removing the old endpoint afterwards must not touch the new one's series.
-    m.pool.remove_endpoint(&old);
+    m.plugins.inflight.remove_endpoint(&old);
     let text = m.encode();
     let attempts = "llm_d_epp_scheduler_attempts_total";
     assert_eq!(sample(&text, attempts, &[("endpoint_name", "pod-0"), ("port", "8000")]), None);

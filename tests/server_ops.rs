@@ -50,6 +50,11 @@ async fn metrics_endpoint_serves_gie_and_llm_d_names() {
         "llm_d_epp_ready_endpoints",
         "inference_extension_info",
         "llm_d_epp_info",
+        // Every component's families are served even when it records nothing: flow control is off here.
+        "# TYPE llm_d_epp_flow_control_queue_size gauge",
+        "# TYPE inference_extension_flow_control_pool_saturation gauge",
+        "# TYPE llm_d_epp_request_processing_duration_seconds histogram",
+        "# TYPE inference_extension_prefix_indexer_size gauge",
     ] {
         assert!(body.contains(name), "{name} missing");
     }

@@ -1,10 +1,12 @@
 //! The decision: given a request and its candidates' telemetry snapshot, which endpoint serves it.
 //!
-//! Synchronous and pure: no lock, no I/O, and no clock but the request's `now`, so the same function runs
-//! in the server (between flow control and the answer) and in the virtual-time lab (at simulated time).
-//! In order: legacy shedding (a sheddable request while the detector reports saturation), the data
-//! producers, the admitters, the scheduling profiles and picker, then the pre-request hooks, which record
-//! the dispatch in the plugins' own state (in-flight counts, the prefix index).
+//! Synchronous, with no I/O and no clock but the request's `now`, over the candidates' telemetry snapshot,
+//! so the same function runs in the server (between flow control and the answer) and in the virtual-time
+//! lab (at simulated time). In order: legacy shedding (a sheddable request while the detector reports
+//! saturation), the data producers, the admitters, the scheduling profiles and picker, then the
+//! pre-request hooks — the only step with lasting effects: they record the dispatch in the plugins' own
+//! state (in-flight counts, the prefix index), so a decision must be followed by `Director::finish` (or,
+//! in the lab, by the response hooks), whose `ActiveRequest` releases that state when the request ends.
 
 use std::sync::Arc;
 
@@ -55,16 +57,13 @@ impl Refusal {
             Refusal::NotAdmitted { .. } | Refusal::NoTarget => RequestError::internal(self.to_string()),
         }
     }
-
-    /// Whether a scheduling cycle ran and failed (counted as a failed scheduler attempt).
-    pub fn is_scheduling_failure(&self) -> bool {
-        matches!(self, Refusal::NoEndpoint(_))
-    }
 }
 
 /// Decides where `req` goes among `candidates` (whose per-request attributes the producers fill in).
 /// `shedding` is the legacy admission detector, `None` with flow control (which queued the request
-/// instead) or when nothing is shed.
+/// instead) or when nothing is shed. `scheduled` is told the outcome of the scheduling cycle — the picked
+/// endpoint, or `None` when nothing could be picked — as soon as it is known, before the pre-request
+/// hooks run (the server times scheduling with it; the lab passes `&mut |_| {}`).
 pub fn decide(
     pipeline: &Pipeline,
     shedding: Option<&dyn SaturationDetector>,
@@ -72,6 +71,7 @@ pub fn decide(
     candidates: &mut [Candidate],
     rng: &mut SmallRng,
     observer: &dyn Observer,
+    scheduled: &mut dyn FnMut(Option<&Arc<Endpoint>>),
 ) -> Result<Decision, Refusal> {
     if let Some(detector) = shedding {
         if req.priority < 0 && detector.saturation(candidates, req.now) >= 1.0 {
@@ -82,9 +82,15 @@ pub fn decide(
     pipeline
         .admit(req, candidates, observer)
         .map_err(|(id, reason)| Refusal::NotAdmitted { plugin: id.name, reason })?;
-    let result =
-        pipeline.schedule(req, candidates, rng, observer).map_err(|e| Refusal::NoEndpoint(e.to_string()))?;
+    let result = match pipeline.schedule(req, candidates, rng, observer) {
+        Ok(result) => result,
+        Err(e) => {
+            scheduled(None);
+            return Err(Refusal::NoEndpoint(e.to_string()));
+        }
+    };
     let endpoint = result.targets().first().cloned().ok_or(Refusal::NoTarget)?;
+    scheduled(Some(&endpoint));
     let dispatch = DispatchInfo {
         request_id: req.request_id.to_string(),
         target_model: req.target_model.to_string(),
@@ -93,6 +99,8 @@ pub fn decide(
         endpoint,
         input_tokens: req.input_tokens,
         estimated_tokens: req.estimated_tokens,
+        // The decision's instant (decide reads no clock): the lab's virtual time, the server's start of
+        // processing.
         dispatched_at: req.now,
     };
     pipeline.pre_request(req, &result, &dispatch, observer);

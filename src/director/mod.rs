@@ -3,8 +3,8 @@
 //!
 //! 1. [`Director::prepare`] (sync): parse, model rewrite, labels, token estimate — or a 400;
 //! 2. [`Director::admit`] (the one async step): with flow control, wait in the queue;
-//! 3. [`decide`] (sync, pure over the candidates' telemetry snapshot): legacy shedding, data producers,
-//!    admitters, scheduling profiles, pre-request hooks — the same function the virtual-time lab calls;
+//! 3. [`decide`] (sync, no I/O, over the candidates' telemetry snapshot): legacy shedding, data
+//!    producers, admitters, scheduling profiles, pre-request hooks — the same function the lab calls;
 //! 4. [`Director::finish`]: the routing answer, the spliced body, and the [`ActiveRequest`].
 //!
 //! Candidates are located between 2 and 3: with flow control the queue comes first, so an empty pool
@@ -38,7 +38,7 @@ pub use mutation::RoutingMutation;
 pub use prepare::Prepared;
 pub use rewrite::RewriteRule;
 
-use crate::datastore::{locate, Datastore, InvalidSubsetEntry, SubsetHint, SubsetMatch};
+use crate::datastore::{locate, Datastore, Endpoint, InvalidSubsetEntry, SubsetHint, SubsetMatch};
 use crate::error::RequestError;
 use crate::flowcontrol::{Admission, DispatchTicket, FlowRequest};
 use crate::metrics::MetricsRegistry;
@@ -178,24 +178,15 @@ impl Director {
         };
         // Only the legacy mode sheds; flow control queued the request instead.
         let shedding = if ticket.is_none() { self.admission.shedding_detector() } else { None };
-        let decided =
-            decide(&self.pipeline, shedding, &sreq, &mut candidates, &mut rng, self.observer.as_ref());
-        let elapsed = processing_started.elapsed();
-        match decided {
-            Ok(decision) => {
-                self.scheduler_metrics.record_scheduling(
-                    elapsed,
-                    prepared.target_model(),
-                    Some(decision.primary()),
-                );
-                Ok(self.finish(req, prepared, decision, ticket, processing_started))
-            }
-            Err(refusal) => {
-                if refusal.is_scheduling_failure() {
-                    self.scheduler_metrics.record_scheduling(elapsed, prepared.target_model(), None);
-                }
-                Err(fail(refusal.into_request_error()))
-            }
+        // Scheduling is timed up to the pick (pre-request hooks excluded), as upstream times it.
+        let mut scheduled = |picked: Option<&Arc<Endpoint>>| {
+            let elapsed = processing_started.elapsed();
+            self.scheduler_metrics.record_scheduling(elapsed, prepared.target_model(), picked.map(|e| &**e));
+        };
+        let observer = self.observer.as_ref();
+        match decide(&self.pipeline, shedding, &sreq, &mut candidates, &mut rng, observer, &mut scheduled) {
+            Ok(decision) => Ok(self.finish(req, prepared, decision, ticket, processing_started)),
+            Err(refusal) => Err(fail(refusal.into_request_error())),
         }
     }
 

@@ -1,12 +1,14 @@
 //! The first step: everything the director learns from the request itself, before any waiting.
 //!
-//! Synchronous and cheap: reject what cannot be routed (a malformed subset hint, a body that is not the
-//! API it claims), parse the body once, apply the model rewrite (the client's header, then the weighted
-//! rules), read the objective's priority and the fairness id, and estimate the tokens.
+//! Synchronous and cheap: reject what cannot be routed (a malformed subset hint, unless hints are
+//! ignored; a body that is not the API it claims), parse the body once, apply the model rewrite (the
+//! client's header, then the weighted rules), read the objective's priority and the fairness id, and
+//! estimate the tokens.
 
 use rand::rngs::SmallRng;
 
 use super::{Director, IncomingRequest, OwnedLabels, Rejection};
+use crate::datastore::SubsetMatch;
 use crate::error::RequestError;
 use crate::request::{parse_request, Headers, ParsedRequest};
 use crate::wire::{DEFAULT_FAIRNESS_ID, FAIRNESS_HEADER, MODEL_REWRITE_HEADER, OBJECTIVE_HEADER};
@@ -43,7 +45,10 @@ impl Director {
             fairness_id: req.headers.get(FAIRNESS_HEADER).unwrap_or(DEFAULT_FAIRNESS_ID).to_string(),
             ..Default::default()
         };
-        if let Some(invalid) = &req.invalid_subset {
+        // A hint epp is told to ignore cannot be wrong.
+        if let Some(invalid) =
+            req.invalid_subset.as_ref().filter(|_| self.options.subset_match != SubsetMatch::Disabled)
+        {
             return Err((RequestError::bad_request(invalid.to_string()), labels));
         }
         let parsed = if req.header_only || !self.options.parse_bodies {

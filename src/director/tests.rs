@@ -136,6 +136,12 @@ fn prepare_rejects_a_bad_body_and_a_malformed_subset_with_400() {
     let (err, _) = d.prepare(&req, &mut rng()).unwrap_err();
     assert_eq!(err.code.http_status(), 400);
     assert!(err.message.contains("\"pod-a\""), "{}", err.message);
+    // With --disable-endpoint-subset-filter the hint is ignored, malformed or not.
+    let ignoring = director_with(
+        None,
+        DirectorOptions { parse_bodies: true, subset_match: SubsetMatch::Disabled, ..Default::default() },
+    );
+    assert!(ignoring.prepare(&req, &mut rng()).is_ok());
 }
 
 #[test]
@@ -155,8 +161,13 @@ fn decide_picks_the_idle_endpoint_and_records_the_dispatch() {
     let prepared = d.prepare(&req, &mut rng()).unwrap();
     let sreq = scheduling_request(&req, &prepared);
     let mut candidates = d.candidates(&req).unwrap();
-    let decision = decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver).unwrap();
+    let mut picked = Vec::new();
+    let mut scheduled = |p: Option<&Arc<Endpoint>>| picked.push(p.map(|e| e.name.clone()));
+    let decision =
+        decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver, &mut scheduled)
+            .unwrap();
     assert_eq!(decision.primary().name, "b");
+    assert_eq!(picked, vec![Some("b".to_string())], "told of the pick once, before the pre-request hooks");
     assert_eq!(decision.dispatch.request_id, "r1");
     assert_eq!(decision.dispatch.dispatched_at, sreq.now);
     assert_eq!(decision.dispatch.estimated_tokens, prepared.estimated_tokens);
@@ -173,7 +184,8 @@ fn decide_sheds_only_sheddable_requests_while_saturated() {
     let mut candidates = d.candidates(&req).unwrap();
     detector.full.store(true, Ordering::SeqCst);
     let refusal =
-        decide(d.pipeline(), Some(&detector), &sreq, &mut candidates, &mut rng(), &NoopObserver).unwrap_err();
+        decide(d.pipeline(), Some(&detector), &sreq, &mut candidates, &mut rng(), &NoopObserver, &mut |_| {})
+            .unwrap_err();
     assert_eq!(refusal, Refusal::Shed);
     let err = refusal.into_request_error();
     assert_eq!(
@@ -181,12 +193,32 @@ fn decide_sheds_only_sheddable_requests_while_saturated() {
         (429, "system saturated, sheddable request dropped")
     );
     sreq.priority = 0;
-    assert!(decide(d.pipeline(), Some(&detector), &sreq, &mut candidates, &mut rng(), &NoopObserver).is_ok());
+    assert!(decide(
+        d.pipeline(),
+        Some(&detector),
+        &sreq,
+        &mut candidates,
+        &mut rng(),
+        &NoopObserver,
+        &mut |_| {}
+    )
+    .is_ok());
     sreq.priority = -1;
     detector.full.store(false, Ordering::SeqCst);
-    assert!(decide(d.pipeline(), Some(&detector), &sreq, &mut candidates, &mut rng(), &NoopObserver).is_ok());
+    assert!(decide(
+        d.pipeline(),
+        Some(&detector),
+        &sreq,
+        &mut candidates,
+        &mut rng(),
+        &NoopObserver,
+        &mut |_| {}
+    )
+    .is_ok());
     detector.full.store(true, Ordering::SeqCst);
-    assert!(decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver).is_ok());
+    assert!(
+        decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver, &mut |_| {}).is_ok()
+    );
 }
 
 #[test]
@@ -208,8 +240,13 @@ schedulingProfiles:
     let prepared = d.prepare(&req, &mut rng()).unwrap();
     let sreq = scheduling_request(&req, &prepared);
     let mut candidates = d.candidates(&req).unwrap();
-    let refusal = decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver).unwrap_err();
-    assert!(matches!(refusal, Refusal::NoEndpoint(_)) && refusal.is_scheduling_failure(), "{refusal:?}");
+    let mut failed = 0;
+    let refusal = decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver, &mut |p| {
+        failed += usize::from(p.is_none())
+    })
+    .unwrap_err();
+    assert_eq!(failed, 1, "a failed scheduling cycle is reported (a failed scheduler attempt)");
+    assert!(matches!(refusal, Refusal::NoEndpoint(_)), "{refusal:?}");
     assert_eq!(refusal.into_request_error().code.http_status(), 429);
 }
 
@@ -224,7 +261,8 @@ fn finish_builds_the_answer_and_splices_a_rewritten_model() {
     let prepared = d.prepare(&req, &mut rng()).unwrap();
     let sreq = scheduling_request(&req, &prepared);
     let mut candidates = d.candidates(&req).unwrap();
-    let decision = decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver).unwrap();
+    let decision =
+        decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver, &mut |_| {}).unwrap();
     let routed = d.finish(&req, prepared, decision, None, Instant::now());
     let body = routed.new_body.as_deref().expect("rewritten body");
     assert_eq!(std::str::from_utf8(body).unwrap(), BODY.replace("\"m\"", "\"m-v2\""));

@@ -24,14 +24,21 @@ pub fn headers_of(map: Option<&HeaderMap>) -> Headers {
     headers
 }
 
+/// The entries of a list (or comma-separated string) value. A list element that is not a string keeps a
+/// textual form (`123`, `true`, `null`, `<list>`), so that it fails address parsing and is reported rather
+/// than silently dropped.
 fn list_of_strings(kind: Option<&Kind>) -> Option<Vec<String>> {
     match kind? {
         Kind::ListValue(list) => Some(
             list.values
                 .iter()
-                .filter_map(|v| match &v.kind {
-                    Some(Kind::StringValue(s)) => Some(s.clone()),
-                    _ => None,
+                .map(|v| match &v.kind {
+                    Some(Kind::StringValue(s)) => s.clone(),
+                    Some(Kind::NumberValue(n)) => n.to_string(),
+                    Some(Kind::BoolValue(b)) => b.to_string(),
+                    Some(Kind::NullValue(_)) | None => "null".to_string(),
+                    Some(Kind::ListValue(_)) => "<list>".to_string(),
+                    Some(Kind::StructValue(_)) => "<struct>".to_string(),
                 })
                 .collect(),
         ),
@@ -125,5 +132,11 @@ mod tests {
         assert_eq!(subset_hint(None), None);
         let bad = subset_hint(Some(&md(list(&["1.2.3.4:80", "pod-a"])))).unwrap().unwrap_err();
         assert_eq!(bad.entry, "pod-a");
+        let number = Value {
+            kind: Some(Kind::ListValue(ListValue {
+                values: vec![Value { kind: Some(Kind::NumberValue(123.0)) }],
+            })),
+        };
+        assert_eq!(subset_hint(Some(&md(number))).unwrap().unwrap_err().entry, "123");
     }
 }

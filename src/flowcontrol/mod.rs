@@ -9,9 +9,11 @@
 //!   the detector says their candidates have room, so excess load waits here instead of in the model
 //!   servers' queues, and the queue metrics can drive autoscaling (including from zero).
 //!
-//! Layout: [`queue`] (bands, flows, capacity), [`policies`] (ordering keys, fairness), `controller`
-//! (enqueue, wait, cancellation, pending load), `dispatch` (the event-driven dispatch cycle), `outcome`
-//! (outcomes and their HTTP mapping), `fallback` (the detector used when none is configured).
+//! Layout: [`settings`] (bands, limits, policies, as the config loader builds them), [`queue`] (bands,
+//! flows, capacity), [`policies`] (ordering keys, fairness), `shared` (the lock-protected state, pending
+//! load, tickets and the waker), `controller` (enqueue, wait, cancellation), `dispatch` (the event-driven
+//! dispatch cycle), `outcome` (outcomes and their HTTP mapping), `fallback` (the detector used when none
+//! is configured), `metrics` (the flow-control families).
 
 mod controller;
 mod dispatch;

@@ -7,7 +7,8 @@
 //! so each endpoint remembers the values its series were recorded with (notes), and each component that
 //! records per-endpoint series adds a [`Pruner`] that removes its own series of a departing endpoint.
 //!
-//! Lock order: the endpoint map, then an endpoint's notes, then a family. Series are recorded while the
+//! Lock order: the endpoint map, then the pruner list, then an endpoint's notes, then a family (pruners
+//! must not call back into the index or the registry). Series are recorded while the
 //! map's read lock is held and removed under its write lock, so a record racing a removal either lands
 //! before it (and is removed) or re-registers the endpoint (and is removed by the next `retain`).
 

@@ -1,6 +1,7 @@
-//! OpenAI request parsing: one pass over the body that finds what routing needs (model and where its
-//! bytes are, stream flag, max tokens, the prompt's bytes for prefix hashing) without building a
-//! document tree or copying the prompt.
+//! The OpenAI request/response domain. Requests: one pass over the body that finds what routing needs
+//! (model and where its bytes are, stream flag, max tokens, the prompt's bytes for prefix hashing) without
+//! building a document tree or copying the prompt; the model splice for rewrites; the token estimate.
+//! Responses ([`ResponseReader`]): SSE detection, the `usage` they carry, the model name rewritten back.
 
 mod headers;
 mod openai;

@@ -139,12 +139,6 @@ impl PoolMetrics {
         Arc::new(m)
     }
 
-    /// Drops every per-endpoint series (queue size, in-flight load, scheduler attempts) of an endpoint
-    /// that left the pool.
-    pub fn remove_endpoint(&self, endpoint: &Endpoint) {
-        self.endpoints.remove(endpoint);
-    }
-
     /// Recomputes the pool gauges from the current endpoints: averages and standard deviations over the
     /// endpoints whose telemetry is at most `staleness` old at `now`, `ready` = how many those are, a
     /// queue-size series per current endpoint; series of endpoints no longer listed are removed.

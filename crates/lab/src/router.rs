@@ -186,9 +186,16 @@ impl PipelineRouter {
         self.candidates.extend(endpoints.iter().cloned().map(Candidate::new));
         // The server's own decision step (no shedding: the lab models neither flow control nor
         // saturation-based admission).
-        let decision =
-            decide(&self.pipeline, None, &sreq, &mut self.candidates, &mut self.rng, &NoopObserver)
-                .map_err(|refusal| refusal.to_string())?;
+        let decision = decide(
+            &self.pipeline,
+            None,
+            &sreq,
+            &mut self.candidates,
+            &mut self.rng,
+            &NoopObserver,
+            &mut |_| {},
+        )
+        .map_err(|refusal| refusal.to_string())?;
         let replica = endpoints
             .iter()
             .position(|e| Arc::ptr_eq(e, decision.primary()))
