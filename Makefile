@@ -65,6 +65,9 @@ check-layers:
 ## then the bench and demo smoke runs
 test: envoy prometheus
 	$(MAKE) lint
+	# The e2e tests start the workspace's binaries (epp-test-backend lives in another crate, which
+	# `cargo test` does not build as a plain binary), so build them all first.
+	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --all-targets
 	HELM_CHECK_REQUIRE_EPP=1 $(MAKE) helm-check
 	$(MAKE) bench-smoke
