@@ -8,12 +8,12 @@
 //!
 //! Use from any workspace crate's tests as a dev-dependency: `use epp_testkit::*;`. The binaries it starts
 //! (epp, epp-test-backend) are the workspace's own, found beside the running test executable: `cargo test`
-//! builds a plain binary only for its own package's tests, so build them first with `cargo build
-//! --workspace --bins` (`make test` does). Layout: this
-//! file (processes, ports, epp-test-backend, epp), [`envoy`] (binary lookup, templates, start), [`http`]
-//! (async client and backend admin/debug helpers), [`epp_metrics`] (epp's /metrics, waiting for scrapes),
-//! [`stack`] (backends + epp + Envoy in one call), [`held_backend`] (model servers that hold requests until
-//! the test releases them), [`prometheus`] (a real Prometheus scraping the stack, queried with PromQL).
+//! builds a plain binary only for its own package's tests, so build them first with `cargo build --workspace
+//! --bins` (`make test` does). Layout: this file (processes, ports, epp-test-backend, epp), [`envoy`] (binary
+//! lookup, templates, start), [`http`] (async client and backend admin/debug helpers), [`epp_metrics`] (epp's
+//! /metrics, waiting for scrapes), [`stack`] (backends + epp + Envoy in one call), [`held_backend`] (model
+//! servers that hold requests until the test releases them), [`prometheus`] (a real Prometheus scraping the
+//! stack, queried with PromQL).
 
 pub mod envoy;
 pub mod epp_metrics;
