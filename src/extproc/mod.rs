@@ -7,6 +7,7 @@
 pub mod envoy_msg;
 pub mod health;
 pub mod metrics;
+mod protocol;
 pub mod responses;
 pub mod stream;
 pub mod tls;

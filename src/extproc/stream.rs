@@ -19,6 +19,7 @@ use tonic::Status;
 
 use super::envoy_msg::{body_mode, headers_of, served_endpoint, subset_hint, BodyModes};
 use super::metrics::OverheadMetrics;
+use super::protocol::{self, Phase};
 use super::responses;
 use crate::director::{Director, IncomingRequest, Routed};
 use crate::error::RequestError;
@@ -37,16 +38,6 @@ impl Default for StreamLimits {
     fn default() -> Self {
         Self { max_request_body: 64 << 20 }
     }
-}
-
-/// Where the stream is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    AwaitingHeaders,
-    ReceivingBody,
-    Routed,
-    /// An immediate response was sent; nothing more is answered.
-    Finished,
 }
 
 /// The response-side state of a routed request.
@@ -112,7 +103,11 @@ impl StreamHandler {
                 }
                 Ok(None) => break,
                 Err(status) => {
-                    if status.code() != tonic::Code::Cancelled {
+                    if status.code() == tonic::Code::Internal {
+                        // tonic reports a message it cannot decode as Internal: it is the peer's fault.
+                        let reason = format!("undecodable ext_proc message: {}", status.message());
+                        let _ = self.fail_stream(reason).await;
+                    } else if status.code() != tonic::Code::Cancelled {
                         tracing::debug!(request_id = %self.req.request_id, %status, "ext_proc stream error");
                     }
                     break;
@@ -133,6 +128,14 @@ impl StreamHandler {
             };
             st.routed.active.complete(kind);
         }
+    }
+
+    /// Ends the stream with `INVALID_ARGUMENT` (the peer broke the protocol); nothing more is read.
+    async fn fail_stream(&mut self, reason: String) -> Result<(), Closed> {
+        tracing::warn!(request_id = %self.req.request_id, %reason, "ext_proc protocol violation; ending the stream");
+        self.phase = Phase::Finished;
+        let _ = self.tx.send(Err(Status::invalid_argument(reason))).await;
+        Err(Closed)
     }
 
     async fn send(&self, r: ProcessingResponse) -> Result<(), Closed> {
@@ -159,6 +162,9 @@ impl StreamHandler {
         let Some(request) = m.request else { return Ok(()) };
         if self.phase == Phase::Finished {
             return Ok(());
+        }
+        if let Err(violation) = protocol::check(self.phase, &request) {
+            return self.fail_stream(violation.to_string()).await;
         }
         let started = Instant::now();
         let md = m.metadata_context.as_ref();
@@ -246,9 +252,6 @@ impl StreamHandler {
     }
 
     async fn on_request_body(&mut self, b: HttpBody) -> Result<(), Closed> {
-        if self.phase != Phase::ReceivingBody {
-            return Ok(());
-        }
         if self.req.body.len() + b.body.len() > self.limits.max_request_body {
             let limit = self.limits.max_request_body;
             return self

@@ -1,0 +1,151 @@
+//! A strict stream protocol: messages out of order and messages that do not decode end the stream with
+//! gRPC `INVALID_ARGUMENT` naming the problem, nothing is dispatched for them, and a request already
+//! dispatched on the stream is released.
+
+mod grpc_support;
+
+use bytes::{Buf, BufMut};
+use grpc_support::*;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::{Code, Status};
+
+const COMPLETION: &[u8] = br#"{"model":"m","prompt":"hello world"}"#;
+
+/// The status the stream ends with, skipping any answers before it.
+async fn final_status(s: &mut Stream) -> Status {
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(10), s.rx.message()).await {
+            Ok(Ok(Some(_answer))) => continue,
+            Ok(Ok(None)) => panic!("the stream ended with OK"),
+            Ok(Err(status)) => return status,
+            Err(_) => panic!("no end of stream within 10s"),
+        }
+    }
+}
+
+fn running(epp: &epp::app::Server) -> i64 {
+    epp.request_metrics.running_requests()
+}
+
+fn post() -> Vec<(&'static str, &'static str)> {
+    vec![(":method", "POST"), (":path", "/v1/completions"), ("content-type", "application/json")]
+}
+
+#[tokio::test]
+async fn out_of_order_messages_end_the_stream_with_invalid_argument() {
+    let server = FakeModelServer::start(0, 0.0).await;
+    let epp = start_epp(&[server.addr], &[]).await;
+    let hs = post();
+
+    let mut s = Stream::open(&epp).await;
+    s.send(request_headers(&hs, false, None)).await;
+    s.send(request_headers(&hs, false, None)).await;
+    let status = final_status(&mut s).await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(status.message(), "request headers received twice on one stream");
+
+    let mut s = Stream::open(&epp).await;
+    s.send(body(COMPLETION, true)).await;
+    let status = final_status(&mut s).await;
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::InvalidArgument, "request body before the request headers")
+    );
+
+    let mut s = Stream::open(&epp).await;
+    s.send(request_headers(&hs, false, None)).await;
+    s.send(response_headers(&[(":status", "200")], false)).await;
+    let status = final_status(&mut s).await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(status.message(), "response headers before the request was routed");
+    assert_eq!(running(&epp), 0, "nothing was dispatched");
+    epp.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_second_request_on_a_routed_stream_is_refused_and_the_first_released() {
+    let server = FakeModelServer::start(0, 0.0).await;
+    let epp = start_epp(&[server.addr], &[]).await;
+    let hs = post();
+    let mut s = Stream::open(&epp).await;
+    s.send(request_headers(&hs, false, None)).await;
+    s.send(body(COMPLETION, true)).await;
+    let _routing = s.recv_full().await;
+    wait_until(|| running(&epp) == 1).await;
+    s.send(request_headers(&hs, false, None)).await;
+    let status = final_status(&mut s).await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    wait_until(|| running(&epp) == 0).await;
+    epp.shutdown().await;
+}
+
+/// Sends raw bytes as gRPC messages: what a broken peer puts on the wire.
+#[derive(Default)]
+struct RawCodec;
+
+struct Raw;
+
+impl Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = Raw;
+    type Decoder = Raw;
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl Encoder for Raw {
+    type Item = Vec<u8>;
+    type Error = Status;
+    fn encode(&mut self, item: Vec<u8>, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        buf.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for Raw {
+    type Item = Vec<u8>;
+    type Error = Status;
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Status> {
+        let bytes = buf.chunk().to_vec();
+        buf.advance(bytes.len());
+        Ok(Some(bytes))
+    }
+}
+
+#[tokio::test]
+async fn an_undecodable_message_ends_the_stream_with_invalid_argument() {
+    let server = FakeModelServer::start(0, 0.0).await;
+    let epp = start_epp(&[server.addr], &[]).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", epp.grpc_addr))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let path = http::uri::PathAndQuery::from_static("/envoy.service.ext_proc.v3.ExternalProcessor/Process");
+    // An unterminated varint where a field tag should be.
+    let garbage = tokio_stream::iter(vec![vec![0xff, 0xff, 0xff]]);
+    let status = match grpc.streaming(tonic::Request::new(garbage), path, RawCodec).await {
+        Err(status) => status,
+        Ok(response) => {
+            let mut stream = response.into_inner();
+            loop {
+                match stream.message().await {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => panic!("the stream ended with OK"),
+                    Err(status) => break status,
+                }
+            }
+        }
+    };
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().starts_with("undecodable ext_proc message"), "{}", status.message());
+    assert_eq!(running(&epp), 0);
+    epp.shutdown().await;
+}
