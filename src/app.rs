@@ -251,7 +251,10 @@ impl Server {
         tasks.push(spawn_health_server(health_listener, health_service, shutdown_rx.clone()));
         tasks.push(spawn_metrics_server(metrics_listener, metrics.clone(), shutdown_rx.clone()));
 
-        let limits = StreamLimits { max_request_body: cli.max_request_body_bytes };
+        let limits = StreamLimits {
+            max_request_body: cli.max_request_body_bytes,
+            max_buffered_request_bytes: cli.max_buffered_request_bytes,
+        };
         let service =
             ExtProcService::new(director, limits, OverheadMetrics::register(&metrics)).into_server();
         let mut builder = tonic::transport::Server::builder()

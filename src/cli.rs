@@ -65,6 +65,9 @@ pub struct Cli {
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 64 << 20)]
     pub max_request_body_bytes: usize,
+    /// Most request-body bytes all streams may buffer at once; past it a request gets 503 with the reason.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub max_buffered_request_bytes: usize,
     /// How long shutdown waits for in-flight streams.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub shutdown_grace_period: Duration,
@@ -105,6 +108,9 @@ impl Cli {
         }
         if self.refresh_metrics_interval.is_zero() {
             return Err("--refresh-metrics-interval must be > 0".into());
+        }
+        if self.max_buffered_request_bytes == 0 {
+            return Err("--max-buffered-request-bytes must be > 0".into());
         }
         Ok(())
     }

@@ -149,3 +149,32 @@ async fn an_undecodable_message_ends_the_stream_with_invalid_argument() {
     assert_eq!(running(&epp), 0);
     epp.shutdown().await;
 }
+
+#[tokio::test]
+async fn buffered_bodies_share_one_budget_and_past_it_a_request_gets_503() {
+    let server = FakeModelServer::start(0, 0.0).await;
+    let epp = start_epp(&[server.addr], &["--max-buffered-request-bytes=100"]).await;
+    let hs = post();
+    // A claims 64 MiB but sends 60 bytes: only what arrives counts against the budget.
+    let mut claimed = hs.clone();
+    claimed.push(("content-length", "67108864"));
+    let mut a = Stream::open(&epp).await;
+    a.send(request_headers(&claimed, false, None)).await;
+    a.send(body(&[b' '; 60], false)).await;
+    // B's 50 bytes would take the total past 100 while A still holds its 60.
+    let mut b = Stream::open(&epp).await;
+    b.send(request_headers(&hs, false, None)).await;
+    b.send(body(&[b' '; 50], false)).await;
+    let (status, text) = immediate_of(&b.recv().await);
+    assert_eq!(status, 503);
+    assert!(text.contains("limit of 100 request-body bytes"), "{text}");
+    // A's body completes within the budget and is routed; its share comes back, so C fits.
+    a.send(body(COMPLETION, true)).await;
+    let _routing = a.recv_full().await;
+    let mut c = Stream::open(&epp).await;
+    c.send(request_headers(&hs, false, None)).await;
+    c.send(body(COMPLETION, true)).await;
+    let routing = routing_of(&c.recv_full().await);
+    assert!(routing.set.contains_key("x-gateway-destination-endpoint"));
+    epp.shutdown().await;
+}

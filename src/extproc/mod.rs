@@ -4,6 +4,7 @@
 //! [`envoy_msg`] reads Envoy's messages. They are kept apart so the answers can be unit-tested without a
 //! stream, and the stream without Envoy.
 
+mod budget;
 pub mod envoy_msg;
 pub mod health;
 pub mod metrics;
@@ -25,6 +26,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::director::Director;
+pub use budget::{BodyBudget, BodyReservation};
 pub use metrics::OverheadMetrics;
 pub use stream::StreamLimits;
 
@@ -34,11 +36,13 @@ pub struct ExtProcService {
     director: Arc<Director>,
     limits: StreamLimits,
     overhead: Arc<OverheadMetrics>,
+    budget: Arc<BodyBudget>,
 }
 
 impl ExtProcService {
     pub fn new(director: Arc<Director>, limits: StreamLimits, overhead: Arc<OverheadMetrics>) -> Self {
-        Self { director, limits, overhead }
+        let budget = BodyBudget::new(limits.max_buffered_request_bytes);
+        Self { director, limits, overhead, budget }
     }
 
     /// The tonic server wrapper, with message size limits large enough for 64 KiB chunks and big prompts.
@@ -62,8 +66,13 @@ impl ExternalProcessor for ExtProcService {
         let inbound = request.into_inner();
         // Small buffer: answers are consumed by Envoy as fast as it reads them; back-pressure is wanted.
         let (tx, rx) = mpsc::channel(32);
-        let handler =
-            stream::StreamHandler::new(self.director.clone(), self.overhead.clone(), self.limits, tx);
+        let handler = stream::StreamHandler::new(
+            self.director.clone(),
+            self.overhead.clone(),
+            self.limits,
+            BodyReservation::new(self.budget.clone()),
+            tx,
+        );
         tokio::spawn(handler.run(inbound));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }

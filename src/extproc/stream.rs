@@ -17,6 +17,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 use tokio::sync::mpsc;
 use tonic::Status;
 
+use super::budget::BodyReservation;
 use super::envoy_msg::{body_mode, headers_of, served_endpoint, subset_hint, BodyModes};
 use super::metrics::OverheadMetrics;
 use super::protocol::{self, Phase};
@@ -32,11 +33,13 @@ use crate::wire::REQUEST_ID_HEADER;
 pub struct StreamLimits {
     /// Largest request body epp accepts.
     pub max_request_body: usize,
+    /// Most request-body bytes all streams may buffer at once (see `BodyBudget`).
+    pub max_buffered_request_bytes: usize,
 }
 
 impl Default for StreamLimits {
     fn default() -> Self {
-        Self { max_request_body: 64 << 20 }
+        Self { max_request_body: 64 << 20, max_buffered_request_bytes: 1 << 30 }
     }
 }
 
@@ -52,6 +55,8 @@ type Tx = mpsc::Sender<Result<ProcessingResponse, Status>>;
 pub struct StreamHandler {
     director: Arc<Director>,
     overhead: Arc<OverheadMetrics>,
+    /// This stream's share of the global buffered-body budget.
+    reservation: BodyReservation,
     limits: StreamLimits,
     tx: Tx,
     modes: BodyModes,
@@ -71,11 +76,13 @@ impl StreamHandler {
         director: Arc<Director>,
         overhead: Arc<OverheadMetrics>,
         limits: StreamLimits,
+        reservation: BodyReservation,
         tx: Tx,
     ) -> Self {
         Self {
             director,
             overhead,
+            reservation,
             limits,
             tx,
             modes: BodyModes::default(),
@@ -222,8 +229,9 @@ impl StreamHandler {
                 self.req.generated_id = true;
             }
         }
-        let expected = headers.get("content-length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
-        self.req.body = Vec::with_capacity(expected.min(self.limits.max_request_body));
+        // The buffer grows with the data that arrives: a client's Content-Length is a claim, not bytes,
+        // and reserving it up front let idle clients pin the per-stream limit each.
+        self.req.body = Vec::new();
         self.req.headers = headers;
         self.req.received_at = Some(Instant::now());
 
@@ -258,8 +266,16 @@ impl StreamHandler {
                 .reject(RequestError::bad_request(format!("request body exceeds {limit} bytes")))
                 .await;
         }
-        if self.req.body.is_empty() && self.req.body.capacity() < b.body.len() {
-            // First chunk and no Content-Length: take ownership instead of copying.
+        if !self.reservation.grow(b.body.len()) {
+            let limit = self.limits.max_buffered_request_bytes;
+            return self
+                .reject(RequestError::unavailable(format!(
+                    "epp is buffering its limit of {limit} request-body bytes across streams; retry later"
+                )))
+                .await;
+        }
+        if self.req.body.is_empty() {
+            // The first chunk: take ownership instead of copying.
             self.req.body = b.body;
         } else {
             self.req.body.extend_from_slice(&b.body);
@@ -315,12 +331,15 @@ impl StreamHandler {
         let body = std::mem::take(&mut self.req.body);
         let sent = self.send_all(answers).await;
         drop(body);
+        self.reservation.release();
         sent
     }
 
     async fn reject(&mut self, err: RequestError) -> Result<(), Closed> {
         tracing::debug!(request_id = %self.req.request_id, error = %err, "request rejected");
         self.phase = Phase::Finished;
+        self.req.body = Vec::new();
+        self.reservation.release();
         self.send(responses::immediate(&err)).await
     }
 
