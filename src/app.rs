@@ -176,6 +176,7 @@ impl Server {
             },
             emit_scores: cli.emit_endpoint_scores,
             parse_bodies: loaded.parser == config::ParserKind::OpenAi,
+            ignore_model_rewrite_header: cli.ignore_model_rewrite_header,
         };
         let detector = hooks.saturation_detector.or_else(|| configured_detector(&loaded));
         // Registered whether or not the gate is on, as upstream does: dashboards read 0, not "no data".

@@ -62,6 +62,10 @@ pub struct Cli {
     /// Add per-endpoint scores to the routing metadata (`x-gateway-destination-endpoint-scores`).
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub emit_endpoint_scores: bool,
+    /// Ignore the client's `x-gateway-model-name-rewrite` header (for gateways that do not strip it from
+    /// untrusted clients: each distinct value would otherwise mint metric series).
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub ignore_model_rewrite_header: bool,
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 64 << 20)]
     pub max_request_body_bytes: usize,

@@ -10,13 +10,16 @@ pub const DESTINATION_KEY: &str = "x-gateway-destination-endpoint";
 pub const SCORES_KEY: &str = "x-gateway-destination-endpoint-scores";
 /// The endpoint Envoy reports it actually served the request from, in [`DESTINATION_NAMESPACE`].
 pub const SERVED_KEY: &str = "x-gateway-destination-endpoint-served";
+/// Fallback endpoints, a header some gateways and older EPPs use; epp lists fallbacks in
+/// [`DESTINATION_KEY`] itself, so a client copy is only ever a steering attempt.
+pub const FALLBACK_KEY: &str = "x-gateway-destination-endpoint-fallback";
 /// Metadata namespace and key of the gateway's subset hint (which endpoints a request may use).
 pub const SUBSET_NAMESPACE: &str = "envoy.lb.subset_hint";
 pub const SUBSET_KEY: &str = "x-gateway-destination-endpoint-subset";
 
 /// Headers a client must not be able to set: they steer routing, so epp removes them before the request
 /// goes upstream (the Go EPP only avoids echoing them; they still reached the model server).
-pub const CONTROL_HEADERS: &[&str] = &[DESTINATION_KEY, SERVED_KEY, SUBSET_KEY, SCORES_KEY];
+pub const CONTROL_HEADERS: &[&str] = &[DESTINATION_KEY, SERVED_KEY, SUBSET_KEY, SCORES_KEY, FALLBACK_KEY];
 
 /// The request id; epp generates one (and sets it upstream) when the client sent none.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";

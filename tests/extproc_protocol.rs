@@ -1,6 +1,7 @@
-//! A strict stream protocol: messages out of order and messages that do not decode end the stream with
-//! gRPC `INVALID_ARGUMENT` naming the problem, nothing is dispatched for them, and a request already
-//! dispatched on the stream is released.
+//! A strict stream protocol and bounded buffering: messages out of order and messages that do not decode
+//! end the stream with gRPC `INVALID_ARGUMENT` naming the problem, nothing is dispatched for them, and a
+//! request already dispatched on the stream is released; buffered bodies share one budget; a POST
+//! without a body is epp's 400.
 
 mod grpc_support;
 
@@ -176,5 +177,18 @@ async fn buffered_bodies_share_one_budget_and_past_it_a_request_gets_503() {
     c.send(body(COMPLETION, true)).await;
     let routing = routing_of(&c.recv_full().await);
     assert!(routing.set.contains_key("x-gateway-destination-endpoint"));
+    epp.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_post_without_a_body_gets_epps_400() {
+    let server = FakeModelServer::start(0, 0.0).await;
+    let epp = start_epp(&[server.addr], &[]).await;
+    let mut s = Stream::open(&epp).await;
+    s.send(request_headers(&post(), true, None)).await;
+    let (status, text) = immediate_of(&s.recv().await);
+    assert_eq!(status, 400);
+    assert!(text.contains("empty request body"), "{text}");
+    assert_eq!(running(&epp), 0);
     epp.shutdown().await;
 }

@@ -63,6 +63,9 @@ pub struct DirectorOptions {
     pub emit_scores: bool,
     /// Parse bodies as OpenAI (false: the passthrough parser forwards any body, routing on headers).
     pub parse_bodies: bool,
+    /// Ignore the client's `x-gateway-model-name-rewrite` header (upstream honours it and expects the
+    /// gateway to strip it from untrusted clients; this does it in epp).
+    pub ignore_model_rewrite_header: bool,
 }
 
 /// A fully received request, as the stream handler hands it over.
@@ -74,8 +77,11 @@ pub struct IncomingRequest {
     pub headers: Headers,
     pub path: String,
     pub body: Vec<u8>,
-    /// A request without a body (e.g. GET): routed on headers alone.
+    /// A request routed on its headers alone: it has no body (e.g. GET), or Envoy sends none
+    /// (`request_body_mode: NONE`).
     pub header_only: bool,
+    /// The request ended with its headers: it has no body at all (not merely one Envoy does not send).
+    pub no_body: bool,
     pub subset: SubsetHint,
     /// A subset hint the gateway sent that did not parse: the request is answered 400 naming the entry.
     pub invalid_subset: Option<InvalidSubsetEntry>,

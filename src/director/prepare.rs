@@ -51,6 +51,12 @@ impl Director {
         {
             return Err((RequestError::bad_request(invalid.to_string()), labels));
         }
+        // A POST with no body cannot be an inference request; forwarding it would only earn the model
+        // server's error instead of epp's.
+        if req.no_body && self.options.parse_bodies && req.headers.get(":method") == Some("POST") {
+            let message = format!("empty request body: a POST to {} needs a JSON body", req.path);
+            return Err((RequestError::bad_request(message), labels));
+        }
         let parsed = if req.header_only || !self.options.parse_bodies {
             None
         } else {
@@ -75,8 +81,9 @@ impl Director {
     /// The model to serve: the client's rewrite header if set, then the first weighted rule for the
     /// incoming model, if any.
     fn target_model(&self, incoming: &str, headers: &Headers, rng: &mut SmallRng) -> String {
-        let mut target =
-            headers.get(MODEL_REWRITE_HEADER).filter(|m| !m.is_empty()).unwrap_or(incoming).to_string();
+        let requested =
+            headers.get(MODEL_REWRITE_HEADER).filter(|_| !self.options.ignore_model_rewrite_header);
+        let mut target = requested.filter(|m| !m.is_empty()).unwrap_or(incoming).to_string();
         if let Some(rule) = self.options.rewrites.iter().find(|r| r.match_model == incoming) {
             if let Some(picked) = rule.pick(rng) {
                 self.metrics.record_model_rewrite(&rule.name, incoming, picked);

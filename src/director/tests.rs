@@ -145,6 +145,34 @@ fn prepare_rejects_a_bad_body_and_a_malformed_subset_with_400() {
 }
 
 #[test]
+fn prepare_rejects_a_post_without_a_body_but_routes_headers_only_modes() {
+    let d = director();
+    let mut req = request("", &[(":method", "POST")]);
+    (req.header_only, req.no_body) = (true, true);
+    let (err, _) = d.prepare(&req, &mut rng()).unwrap_err();
+    assert_eq!(err.code.http_status(), 400);
+    assert_eq!(err.message, "empty request body: a POST to /v1/chat/completions needs a JSON body");
+    // `request_body_mode: NONE`: the body exists, Envoy just does not send it.
+    req.no_body = false;
+    assert!(d.prepare(&req, &mut rng()).is_ok());
+    let mut get = request("", &[(":method", "GET")]);
+    (get.header_only, get.no_body) = (true, true);
+    assert!(d.prepare(&get, &mut rng()).is_ok());
+}
+
+#[test]
+fn the_client_rewrite_header_can_be_ignored() {
+    let rewrite = [("x-gateway-model-name-rewrite", "other")];
+    let honouring = director();
+    assert_eq!(honouring.prepare(&request(BODY, &rewrite), &mut rng()).unwrap().target_model(), "other");
+    let ignoring = director_with(
+        None,
+        DirectorOptions { parse_bodies: true, ignore_model_rewrite_header: true, ..Default::default() },
+    );
+    assert_eq!(ignoring.prepare(&request(BODY, &rewrite), &mut rng()).unwrap().target_model(), "m");
+}
+
+#[test]
 fn prepare_skips_parsing_for_header_only_requests() {
     let d = director();
     let mut req = request("", &[]);
@@ -255,7 +283,11 @@ fn finish_builds_the_answer_and_splices_a_rewritten_model() {
     let d = director();
     let mut req = request(
         BODY,
-        &[("x-gateway-model-name-rewrite", "m-v2"), ("x-gateway-destination-endpoint-subset", "x")],
+        &[
+            ("x-gateway-model-name-rewrite", "m-v2"),
+            ("x-gateway-destination-endpoint-subset", "x"),
+            ("x-gateway-destination-endpoint-fallback", "6.6.6.6:80"),
+        ],
     );
     req.generated_id = true;
     let prepared = d.prepare(&req, &mut rng()).unwrap();
@@ -269,7 +301,13 @@ fn finish_builds_the_answer_and_splices_a_rewritten_model() {
     assert_eq!(routed.mutation.destination, "10.0.0.2:8000");
     assert_eq!(routed.mutation.content_length, body.len());
     assert_eq!(routed.mutation.set_headers, vec![("x-request-id".to_string(), "r1".to_string())]);
-    assert_eq!(routed.mutation.remove_headers, vec!["x-gateway-destination-endpoint-subset".to_string()]);
+    assert_eq!(
+        routed.mutation.remove_headers,
+        vec![
+            "x-gateway-destination-endpoint-subset".to_string(),
+            "x-gateway-destination-endpoint-fallback".to_string()
+        ]
+    );
     assert_eq!((routed.incoming_model.as_str(), routed.target_model.as_str()), ("m", "m-v2"));
     assert_eq!(d.metrics().running_requests(), 1);
     drop(routed);

@@ -238,6 +238,7 @@ impl StreamHandler {
         // No body will come (GET, or Envoy sends no body): route on headers alone.
         if h.end_of_stream || self.modes.request == BodySendMode::None {
             self.req.header_only = true;
+            self.req.no_body = h.end_of_stream;
             return self.route_and_answer(false).await;
         }
         match self.modes.request {

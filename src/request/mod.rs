@@ -18,7 +18,7 @@ pub use openai::{api_kind_for_path, parse_request};
 pub use response::{ResponseReader, MAX_USAGE_BUFFER};
 pub use rewrite::{rewrite_response_model, splice_model};
 pub use tokens::{TokenEstimator, TokenEstimatorError, TokenEstimatorParams};
-pub use usage::{parse_usage_json, Usage, UsageScanner};
+pub use usage::{parse_usage_json, Usage, UsageScanner, MAX_REPORTED_TOKENS};
 
 /// Which OpenAI API a request is for, chosen by path suffix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,6 +18,10 @@ pub struct Usage {
     pub cached_tokens: u64,
 }
 
+/// The most tokens a reported usage count may carry (100 M, far above any model's context window);
+/// larger values are clamped to it.
+pub const MAX_REPORTED_TOKENS: u64 = 100_000_000;
+
 /// Longest partial SSE line kept between chunks. A longer line is dropped (up to its newline) rather
 /// than buffered: usage events are a few hundred bytes, so nothing of interest is lost.
 pub const MAX_PENDING_LINE: usize = 1 << 20;
@@ -47,10 +51,13 @@ impl UsageFields {
             .into_iter()
             .flatten()
             .find_map(|d| get(&d.cached_tokens));
+        // A backend can report any number; one absurd value must not leave the token-sum metrics wrong
+        // for good, so counts are clamped to more than any real request holds.
+        let clamp = |v: u64| v.min(MAX_REPORTED_TOKENS);
         Usage {
-            prompt_tokens: get(&self.prompt_tokens).or(get(&self.input_tokens)).unwrap_or(0),
-            completion_tokens: get(&self.completion_tokens).or(get(&self.output_tokens)).unwrap_or(0),
-            cached_tokens: cached.unwrap_or(0),
+            prompt_tokens: clamp(get(&self.prompt_tokens).or(get(&self.input_tokens)).unwrap_or(0)),
+            completion_tokens: clamp(get(&self.completion_tokens).or(get(&self.output_tokens)).unwrap_or(0)),
+            cached_tokens: clamp(cached.unwrap_or(0)),
         }
     }
 }

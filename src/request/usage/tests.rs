@@ -131,3 +131,10 @@ fn garbage_never_panics() {
     s.feed(b"");
     assert_eq!(s.usage(), None);
 }
+
+#[test]
+fn absurd_counts_are_clamped() {
+    let body = br#"{"usage":{"prompt_tokens":18446744073709551615,"completion_tokens":1e30,"prompt_tokens_details":{"cached_tokens":5}}}"#;
+    let u = parse_usage_json(body).expect("usage");
+    assert_eq!(u, usage(MAX_REPORTED_TOKENS, MAX_REPORTED_TOKENS, 5));
+}
