@@ -42,6 +42,9 @@ pub struct Server {
     /// The flow controller, when the `flowControl` feature gate is on.
     pub flow_controller: Option<FlowController>,
     shutdown: watch::Sender<bool>,
+    /// Stops the health server, which outlives the drain so probes see NOT_SERVING until the end.
+    health_stop: watch::Sender<bool>,
+    health_server: JoinHandle<()>,
     tasks: Vec<JoinHandle<()>>,
     grpc: JoinHandle<Result<(), tonic::transport::Error>>,
     health: Arc<tonic_health::server::HealthReporter>,
@@ -249,7 +252,8 @@ impl Server {
         let (reporter, health_service) = tonic_health::server::health_reporter();
         health::set_ready(&reporter, true).await;
         let health = Arc::new(reporter);
-        tasks.push(spawn_health_server(health_listener, health_service, shutdown_rx.clone()));
+        let (health_stop, health_stop_rx) = watch::channel(false);
+        let health_server = spawn_health_server(health_listener, health_service, health_stop_rx);
         tasks.push(spawn_metrics_server(metrics_listener, metrics.clone(), shutdown_rx.clone()));
 
         let limits = StreamLimits {
@@ -284,6 +288,8 @@ impl Server {
             request_metrics: director_metrics.requests,
             flow_controller,
             shutdown,
+            health_stop,
+            health_server,
             tasks,
             grpc,
             health,
@@ -291,7 +297,8 @@ impl Server {
         })
     }
 
-    /// Stops accepting, marks health not serving, waits up to the grace period for in-flight streams.
+    /// Marks readiness not serving, stops accepting, waits up to the grace period for in-flight streams,
+    /// then closes the health port.
     pub async fn shutdown(self) {
         health::set_shutting_down(&self.health).await;
         let _ = self.shutdown.send(true);
@@ -307,6 +314,8 @@ impl Server {
         for t in self.tasks {
             t.abort();
         }
+        let _ = self.health_stop.send(true);
+        let _ = self.health_server.await;
     }
 }
 

@@ -117,3 +117,45 @@ async fn bad_configuration_is_a_startup_error_naming_the_field() {
     let text = format!("{err:#}");
     assert!(text.contains("token-load-scorer") && text.contains("queueThresholdToken"), "{text}");
 }
+
+#[tokio::test]
+async fn while_streams_drain_readiness_is_not_serving_and_liveness_is() {
+    let server = FakeModelServer::start(0, 0.0).await;
+    let epp = start_epp(&[server.addr], &["--shutdown-grace-period=20s"]).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", epp.health_addr)).unwrap();
+    let mut health = HealthClient::new(channel.connect().await.unwrap());
+    // An open stream keeps the drain going.
+    let stream = Stream::open(&epp).await;
+    let headers = [(":method", "POST"), (":path", "/v1/completions")];
+    stream.send(request_headers(&headers, false, None)).await;
+    let draining = tokio::spawn(epp.shutdown());
+    let status = |service: &'static str| {
+        let mut client = health.clone();
+        async move {
+            client.check(HealthCheckRequest { service: service.into() }).await.map(|r| r.into_inner().status)
+        }
+    };
+    let mut readiness = None;
+    for _ in 0..200 {
+        readiness = status("readiness").await.ok();
+        if readiness == Some(ServingStatus::NotServing as i32) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(readiness, Some(ServingStatus::NotServing as i32), "readiness during the drain");
+    let ext_proc = status("envoy.service.ext_proc.v3.ExternalProcessor").await.ok();
+    assert_eq!(ext_proc, Some(ServingStatus::NotServing as i32));
+    assert_eq!(
+        status("liveness").await.ok(),
+        Some(ServingStatus::Serving as i32),
+        "liveness during the drain"
+    );
+    assert!(!draining.is_finished(), "the open stream holds the drain");
+    drop(stream);
+    draining.await.expect("shutdown completes once the stream is gone");
+    assert!(
+        health.check(HealthCheckRequest { service: "liveness".into() }).await.is_err(),
+        "health port closed"
+    );
+}

@@ -18,9 +18,10 @@ pub async fn set_ready(reporter: &HealthReporter, ready: bool) {
     }
 }
 
-/// Marks everything not serving (shutdown).
+/// Shutdown has begun: readiness (and the ext_proc service name Envoy health-checks) report NOT_SERVING
+/// so no new traffic comes, while liveness stays SERVING so the drain is not cut short by a restart.
 pub async fn set_shutting_down(reporter: &HealthReporter) {
-    for name in READINESS_SERVICES.iter().chain(["liveness"].iter()) {
+    for name in READINESS_SERVICES {
         reporter.set_service_status(*name, ServingStatus::NotServing).await;
     }
 }

@@ -79,6 +79,10 @@ pub async fn start_epp(endpoints: &[SocketAddr], extra: &[&str]) -> Server {
         "--refresh-prometheus-metrics-interval=50ms".into(),
         "--shutdown-grace-period=200ms".into(),
     ];
+    // A flag in `extra` replaces the default above.
+    args.retain(|a| {
+        a.split_once('=').is_none_or(|(flag, _)| !extra.iter().any(|e| e.starts_with(&format!("{flag}="))))
+    });
     if !eps.is_empty() {
         args.push(format!("--endpoints={}", eps.join(",")));
     }
