@@ -29,6 +29,9 @@ use crate::scheduling::observer::TimingObserver;
 use crate::scheduling::{FactoryContext, Observer, PluginMetrics, Registry};
 use crate::telemetry::{self, PoolMetrics};
 
+/// How long the health port may take to close after the drain.
+const HEALTH_CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 /// A running epp: bound addresses and the handle that stops it.
 pub struct Server {
     pub grpc_addr: SocketAddr,
@@ -314,8 +317,13 @@ impl Server {
         for t in self.tasks {
             t.abort();
         }
+        // A health Watch stream never ends on its own, and graceful close waits for every connection:
+        // give probes a moment, then close the port regardless.
         let _ = self.health_stop.send(true);
-        let _ = self.health_server.await;
+        let abort = self.health_server.abort_handle();
+        if tokio::time::timeout(HEALTH_CLOSE_WAIT, self.health_server).await.is_err() {
+            abort.abort();
+        }
     }
 }
 

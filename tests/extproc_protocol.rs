@@ -6,6 +6,7 @@
 mod grpc_support;
 
 use bytes::{Buf, BufMut};
+use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response as Resp;
 use grpc_support::*;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::{Code, Status};
@@ -53,12 +54,12 @@ async fn out_of_order_messages_end_the_stream_with_invalid_argument() {
         (Code::InvalidArgument, "request body before the request headers")
     );
 
+    // Envoy's own local replies (a 413, a 408) pass the filter before the request is routed: they pass
+    // through untouched, and nothing is dispatched.
     let mut s = Stream::open(&epp).await;
     s.send(request_headers(&hs, false, None)).await;
-    s.send(response_headers(&[(":status", "200")], false)).await;
-    let status = final_status(&mut s).await;
-    assert_eq!(status.code(), Code::InvalidArgument);
-    assert_eq!(status.message(), "response headers before the request was routed");
+    s.send(response_headers(&[(":status", "413")], true)).await;
+    assert!(matches!(s.recv().await, Resp::ResponseHeaders(_)));
     assert_eq!(running(&epp), 0, "nothing was dispatched");
     epp.shutdown().await;
 }
@@ -190,5 +191,20 @@ async fn a_post_without_a_body_gets_epps_400() {
     assert_eq!(status, 400);
     assert!(text.contains("empty request body"), "{text}");
     assert_eq!(running(&epp), 0);
+    epp.shutdown().await;
+}
+
+#[tokio::test]
+async fn trailers_after_a_headers_only_routing_are_answered() {
+    use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+    let server = FakeModelServer::start(0, 0.0).await;
+    let epp = start_epp(&[server.addr], &[]).await;
+    // `request_body_mode: NONE` with trailers sent: epp routes on the headers, then the trailers come.
+    let mut s = Stream::open(&epp).await;
+    s.send(request_headers(&post(), false, Some(BodySendMode::None))).await;
+    let routing = routing_of(&s.recv_full().await);
+    assert!(routing.set.contains_key("x-gateway-destination-endpoint"));
+    s.send(request_trailers()).await;
+    assert!(matches!(s.recv().await, Resp::RequestTrailers(_)));
     epp.shutdown().await;
 }

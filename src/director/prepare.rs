@@ -38,6 +38,14 @@ impl Prepared {
     }
 }
 
+/// Whether a POST to `path` creates an inference (and so must carry a body): completions, chat,
+/// embeddings, responses, conversations. Other POSTs (e.g. `/v1/responses/{id}/cancel`) may be empty.
+fn is_inference_create(path: &str) -> bool {
+    let path = path.split(['?', '#']).next().unwrap_or(path);
+    let path = path.strip_suffix('/').unwrap_or(path);
+    ["/completions", "/embeddings", "/responses", "/conversations"].iter().any(|end| path.ends_with(end))
+}
+
 impl Director {
     /// Reads `req`: the [`Prepared`] request, or why it cannot be routed at all (always a 400 here).
     pub fn prepare(&self, req: &IncomingRequest, rng: &mut SmallRng) -> Result<Prepared, Rejection> {
@@ -53,7 +61,11 @@ impl Director {
         }
         // A POST with no body cannot be an inference request; forwarding it would only earn the model
         // server's error instead of epp's.
-        if req.no_body && self.options.parse_bodies && req.headers.get(":method") == Some("POST") {
+        if req.no_body
+            && self.options.parse_bodies
+            && req.headers.get(":method") == Some("POST")
+            && is_inference_create(&req.path)
+        {
             let message = format!("empty request body: a POST to {} needs a JSON body", req.path);
             return Err((RequestError::bad_request(message), labels));
         }

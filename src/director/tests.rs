@@ -155,6 +155,9 @@ fn prepare_rejects_a_post_without_a_body_but_routes_headers_only_modes() {
     // `request_body_mode: NONE`: the body exists, Envoy just does not send it.
     req.no_body = false;
     assert!(d.prepare(&req, &mut rng()).is_ok());
+    let mut cancel = request("", &[(":method", "POST")]);
+    (cancel.header_only, cancel.no_body, cancel.path) = (true, true, "/v1/responses/r1/cancel".into());
+    assert!(d.prepare(&cancel, &mut rng()).is_ok(), "an empty POST outside the inference APIs is routed");
     let mut get = request("", &[(":method", "GET")]);
     (get.header_only, get.no_body) = (true, true);
     assert!(d.prepare(&get, &mut rng()).is_ok());

@@ -1,9 +1,8 @@
 //! The order an ext_proc stream's messages must come in, checked before any of them is acted on.
 //!
-//! One stream carries one HTTP request: request headers once, then body chunks and trailers, and response
-//! messages only once the request has been answered. Envoy never breaks that order; a peer that does is
-//! broken or hostile, and acting on it would dispatch a request twice (a second headers message), route
-//! a body nobody announced, or answer a response for a request never routed. Such a stream ends with a
+//! One stream carries one HTTP request: request headers once, then body chunks and trailers. Envoy never
+//! breaks that order; a peer that does is broken or hostile, and acting on it would dispatch a request
+//! twice (a second headers message) or route a body nobody announced. Such a stream ends with a
 //! gRPC `INVALID_ARGUMENT` naming the violation, and nothing is dispatched for it (a request already
 //! dispatched is completed as aborted, like any stream that ends early).
 
@@ -26,14 +25,18 @@ pub(super) enum Violation {
     RepeatedHeaders,
     #[error("request {0} before the request headers")]
     BeforeHeaders(&'static str),
-    #[error("request {0} after the request was complete")]
-    AfterRequest(&'static str),
-    #[error("response {0} before the request was routed")]
-    ResponseBeforeRouting(&'static str),
+    #[error("request body after the request was complete")]
+    BodyAfterRequest,
 }
 
 /// Whether `msg` may come in `phase` (`Finished` streams are not checked: their remaining messages are
 /// ignored).
+///
+/// Two orders that look wrong are Envoy's own and stay allowed: request trailers after routing (with
+/// `request_body_mode: NONE`, or a buffered body sent with end of stream, epp routes before the trailers
+/// come), and response messages before routing (Envoy's own local replies — a 413 for a body over its
+/// buffer limit, a 408 for a slow upload — pass the ext_proc filter while the request is unfinished;
+/// they are passed through untouched).
 pub(super) fn check(phase: Phase, msg: &Msg) -> Result<(), Violation> {
     use Phase::*;
     match (msg, phase) {
@@ -42,19 +45,9 @@ pub(super) fn check(phase: Phase, msg: &Msg) -> Result<(), Violation> {
         (Msg::RequestHeaders(_), _) => Err(Violation::RepeatedHeaders),
         (Msg::RequestBody(_), AwaitingHeaders) => Err(Violation::BeforeHeaders("body")),
         (Msg::RequestTrailers(_), AwaitingHeaders) => Err(Violation::BeforeHeaders("trailers")),
-        (Msg::RequestBody(_), Routed) => Err(Violation::AfterRequest("body")),
-        (Msg::RequestTrailers(_), Routed) => Err(Violation::AfterRequest("trailers")),
-        (Msg::RequestBody(_) | Msg::RequestTrailers(_), ReceivingBody) => Ok(()),
-        (Msg::ResponseHeaders(_), AwaitingHeaders | ReceivingBody) => {
-            Err(Violation::ResponseBeforeRouting("headers"))
-        }
-        (Msg::ResponseBody(_), AwaitingHeaders | ReceivingBody) => {
-            Err(Violation::ResponseBeforeRouting("body"))
-        }
-        (Msg::ResponseTrailers(_), AwaitingHeaders | ReceivingBody) => {
-            Err(Violation::ResponseBeforeRouting("trailers"))
-        }
-        (Msg::ResponseHeaders(_) | Msg::ResponseBody(_) | Msg::ResponseTrailers(_), Routed) => Ok(()),
+        (Msg::RequestBody(_), Routed) => Err(Violation::BodyAfterRequest),
+        (Msg::RequestBody(_) | Msg::RequestTrailers(_), ReceivingBody | Routed) => Ok(()),
+        (Msg::ResponseHeaders(_) | Msg::ResponseBody(_) | Msg::ResponseTrailers(_), _) => Ok(()),
     }
 }
 
@@ -78,11 +71,16 @@ mod tests {
         all().into_iter().filter(|(m, _)| check(phase, m).is_ok()).map(|(_, n)| n).collect()
     }
 
+    const RESPONSE: [&str; 3] = ["response headers", "response body", "response trailers"];
+
     #[test]
     fn each_phase_admits_only_its_messages() {
-        assert_eq!(allowed(Phase::AwaitingHeaders), ["request headers"]);
-        assert_eq!(allowed(Phase::ReceivingBody), ["request body", "request trailers"]);
-        assert_eq!(allowed(Phase::Routed), ["response headers", "response body", "response trailers"]);
+        assert_eq!(allowed(Phase::AwaitingHeaders), [&["request headers"][..], &RESPONSE].concat());
+        assert_eq!(
+            allowed(Phase::ReceivingBody),
+            [&["request body", "request trailers"][..], &RESPONSE].concat()
+        );
+        assert_eq!(allowed(Phase::Routed), [&["request trailers"][..], &RESPONSE].concat());
         assert_eq!(allowed(Phase::Finished).len(), 6);
     }
 
@@ -92,7 +90,7 @@ mod tests {
         assert_eq!(second.unwrap_err().to_string(), "request headers received twice on one stream");
         let early = check(Phase::AwaitingHeaders, &Msg::RequestBody(HttpBody::default()));
         assert_eq!(early.unwrap_err().to_string(), "request body before the request headers");
-        let response = check(Phase::ReceivingBody, &Msg::ResponseHeaders(HttpHeaders::default()));
-        assert_eq!(response.unwrap_err().to_string(), "response headers before the request was routed");
+        let late = check(Phase::Routed, &Msg::RequestBody(HttpBody::default()));
+        assert_eq!(late.unwrap_err().to_string(), "request body after the request was complete");
     }
 }

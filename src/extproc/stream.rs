@@ -110,8 +110,9 @@ impl StreamHandler {
                 }
                 Ok(None) => break,
                 Err(status) => {
-                    if status.code() == tonic::Code::Internal {
-                        // tonic reports a message it cannot decode as Internal: it is the peer's fault.
+                    // tonic reports a message it cannot decode as Internal ("failed to decode ..."); an Envoy
+                    // reset (RST_STREAM) is Internal too, and is no violation.
+                    if status.code() == tonic::Code::Internal && status.message().contains("decode") {
                         let reason = format!("undecodable ext_proc message: {}", status.message());
                         let _ = self.fail_stream(reason).await;
                     } else if status.code() != tonic::Code::Cancelled {
