@@ -79,8 +79,17 @@ pub fn parse_request(path: &str, body: &[u8]) -> Result<ParsedRequest, RequestEr
         .map_err(|e| RequestError::bad_request(format!("error unmarshaling request body: {e}")))?;
 
     let model_raw = fields.model.ok_or_else(model_not_found)?;
-    // Only a JSON string is a model name; serde unescapes it (`\u00e9`, `\/`, ...).
-    let model: String = serde_json::from_str(model_raw.get()).map_err(|_| model_not_found())?;
+    // Only a JSON string is a model name; serde unescapes it (`\u00e9`, `\/`, ...). Anything else is "not
+    // found", as in the Go EPP; a string that does not decode (a lone surrogate such as "\ud800") says so.
+    let model: String = serde_json::from_str(model_raw.get()).map_err(|e| {
+        if model_raw.get().starts_with('"') {
+            // Echo at most 64 characters of what the client sent.
+            let shown: String = model_raw.get().chars().take(64).collect();
+            RequestError::bad_request(format!("invalid model name {shown}: {e}"))
+        } else {
+            model_not_found()
+        }
+    })?;
     let model_span = span_of(body, model_raw)?;
 
     let stream = match fields.stream.map(RawValue::get) {

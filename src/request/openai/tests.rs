@@ -98,6 +98,8 @@ fn model_errors() {
     assert_eq!(err(CHAT, &format!(r#"{{"model":null,{msgs}}}"#)), "model not found in request body");
     assert_eq!(err(CHAT, &format!(r#"{{"model":3,{msgs}}}"#)), "model not found in request body");
     assert_eq!(err(CHAT, &format!(r#"{{"model":["a"],{msgs}}}"#)), "model not found in request body");
+    let surrogate = err(CHAT, &format!(r#"{{"model":"\ud800",{msgs}}}"#));
+    assert!(surrogate.starts_with(r#"invalid model name "\ud800": "#), "{surrogate}");
 }
 
 #[test]
