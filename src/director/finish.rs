@@ -41,18 +41,16 @@ impl Director {
             "scheduled"
         );
         self.metrics.record_request(labels.as_labels(), req.body.len());
-        let incoming_model = labels.model_name.clone();
-        let target_model = labels.target_model_name.clone();
-        let active = ActiveRequest::start(
-            self,
-            decision.dispatch,
-            labels,
-            req.received_at.unwrap_or(processing_started),
-            ResponseReader::new(parsed.as_ref().is_some_and(|p| p.stream), &incoming_model, &target_model),
+        let response = ResponseReader::new(
+            parsed.as_ref().is_some_and(|p| p.stream),
+            &labels.model_name,
+            &labels.target_model_name,
         );
+        let received_at = req.received_at.unwrap_or(processing_started);
+        let active = ActiveRequest::start(self, decision.dispatch, labels, received_at, response);
         // Now running (and counted by whatever tracks in-flight load): no longer pending.
         drop(ticket);
-        Routed { mutation, new_body, active, incoming_model, target_model }
+        Routed { mutation, new_body, active }
     }
 }
 

@@ -43,7 +43,7 @@ use crate::error::RequestError;
 use crate::flowcontrol::{Admission, DispatchTicket, FlowRequest};
 use crate::metrics::MetricsRegistry;
 use crate::request::{Headers, TokenEstimator};
-use crate::scheduling::{Candidate, Observer, Pipeline, SchedulerMetrics, SchedulingRequest};
+use crate::scheduling::{Candidate, Observer, Pipeline, SchedulerMetrics};
 use crate::wire::SLO_TTFT_HEADERS;
 
 const NO_CANDIDATES: &str = "failed to find endpoint candidates for serving the request";
@@ -95,8 +95,6 @@ pub struct Routed {
     /// The rewritten body, only when the model was rewritten; otherwise the original bytes go upstream.
     pub new_body: Option<Vec<u8>>,
     pub active: ActiveRequest,
-    pub incoming_model: String,
-    pub target_model: String,
 }
 
 /// The families the director records: per-request ones and the scheduler's.
@@ -170,18 +168,7 @@ impl Director {
         let ticket = self.admit(req, &prepared).await.map_err(fail)?;
         let mut candidates = self.candidates(req).map_err(fail)?;
         let processing_started = Instant::now();
-        let sreq = SchedulingRequest {
-            request_id: &req.request_id,
-            target_model: prepared.target_model(),
-            headers: &req.headers,
-            body: &req.body,
-            parsed: prepared.parsed.as_ref(),
-            priority: prepared.labels.priority,
-            fairness_id: &prepared.labels.fairness_id,
-            input_tokens: prepared.input_tokens,
-            estimated_tokens: prepared.estimated_tokens,
-            now: processing_started,
-        };
+        let sreq = prepared.scheduling_request(req, processing_started);
         // Only the legacy mode sheds; flow control queued the request instead.
         let shedding = if ticket.is_none() { self.admission.shedding_detector() } else { None };
         // Scheduling is timed up to the pick (pre-request hooks excluded), as upstream times it.

@@ -5,12 +5,15 @@
 //! client's header, then the weighted rules), read the objective's priority and the fairness id, and
 //! estimate the tokens.
 
+use std::time::Instant;
+
 use rand::rngs::SmallRng;
 
 use super::{Director, IncomingRequest, OwnedLabels, Rejection};
 use crate::datastore::SubsetMatch;
 use crate::error::RequestError;
-use crate::request::{parse_request, Headers, ParsedRequest};
+use crate::request::{is_inference_create, parse_request, Headers, ParsedRequest};
+use crate::scheduling::SchedulingRequest;
 use crate::wire::{DEFAULT_FAIRNESS_ID, FAIRNESS_HEADER, MODEL_REWRITE_HEADER, OBJECTIVE_HEADER};
 
 /// A request the director has read: labels, the parsed body and the token estimate.
@@ -36,14 +39,22 @@ impl Prepared {
     pub fn target_model(&self) -> &str {
         &self.labels.target_model_name
     }
-}
 
-/// Whether a POST to `path` creates an inference (and so must carry a body): completions, chat,
-/// embeddings, responses, conversations. Other POSTs (e.g. `/v1/responses/{id}/cancel`) may be empty.
-fn is_inference_create(path: &str) -> bool {
-    let path = path.split(['?', '#']).next().unwrap_or(path);
-    let path = path.strip_suffix('/').unwrap_or(path);
-    ["/completions", "/embeddings", "/responses", "/conversations"].iter().any(|end| path.ends_with(end))
+    /// The request as the scheduling plugins see it, at `now`.
+    pub fn scheduling_request<'a>(&'a self, req: &'a IncomingRequest, now: Instant) -> SchedulingRequest<'a> {
+        SchedulingRequest {
+            request_id: &req.request_id,
+            target_model: self.target_model(),
+            headers: &req.headers,
+            body: &req.body,
+            parsed: self.parsed.as_ref(),
+            priority: self.labels.priority,
+            fairness_id: &self.labels.fairness_id,
+            input_tokens: self.input_tokens,
+            estimated_tokens: self.estimated_tokens,
+            now,
+        }
+    }
 }
 
 impl Director {

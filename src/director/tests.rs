@@ -13,7 +13,7 @@ use crate::config;
 use crate::datastore::{Endpoint, EndpointMetrics};
 use crate::error::ErrorCode;
 use crate::scheduling::{
-    FactoryContext, NoopObserver, PendingLoad, PluginMetrics, Registry, SaturationDetector,
+    FactoryContext, NoopObserver, PendingLoad, PluginMetrics, Registry, SaturationDetector, SchedulingRequest,
 };
 
 const CHAT: &str = "/v1/chat/completions";
@@ -92,18 +92,7 @@ fn rng() -> SmallRng {
 }
 
 fn scheduling_request<'a>(req: &'a IncomingRequest, prepared: &'a Prepared) -> SchedulingRequest<'a> {
-    SchedulingRequest {
-        request_id: &req.request_id,
-        target_model: prepared.target_model(),
-        headers: &req.headers,
-        body: &req.body,
-        parsed: prepared.parsed.as_ref(),
-        priority: prepared.labels.priority,
-        fairness_id: &prepared.labels.fairness_id,
-        input_tokens: prepared.input_tokens,
-        estimated_tokens: prepared.estimated_tokens,
-        now: Instant::now(),
-    }
+    prepared.scheduling_request(req, Instant::now())
 }
 
 #[test]
@@ -311,7 +300,10 @@ fn finish_builds_the_answer_and_splices_a_rewritten_model() {
             "x-gateway-destination-endpoint-fallback".to_string()
         ]
     );
-    assert_eq!((routed.incoming_model.as_str(), routed.target_model.as_str()), ("m", "m-v2"));
+    assert_eq!(
+        (routed.active.labels.model_name.as_str(), routed.active.labels.target_model_name.as_str()),
+        ("m", "m-v2")
+    );
     assert_eq!(d.metrics().running_requests(), 1);
     drop(routed);
     assert_eq!(d.metrics().running_requests(), 0, "the active request completes on drop");

@@ -21,10 +21,6 @@ impl BodyBudget {
         Arc::new(Self { limit, used: AtomicUsize::new(0) })
     }
 
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-
     /// Bytes held now.
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Acquire)

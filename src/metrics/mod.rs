@@ -76,7 +76,6 @@ pub struct RequestLabels<'a> {
 /// model name admitted by one family is admitted by all, and the caps bound the whole exposition.
 #[derive(Debug)]
 pub struct SharedLabels {
-    pub pool_name: String,
     pub pool: LabelValue,
     pub models: BoundedLabels,
     pub fairness_ids: BoundedLabels,
@@ -86,7 +85,6 @@ pub struct SharedLabels {
 impl SharedLabels {
     fn new(pool_name: &str) -> Self {
         Self {
-            pool_name: pool_name.to_string(),
             pool: LabelValue::new(pool_name),
             models: BoundedLabels::new(MAX_MODEL_LABEL_VALUES),
             fairness_ids: BoundedLabels::new(MAX_FAIRNESS_LABEL_VALUES),
@@ -150,10 +148,6 @@ impl MetricsRegistry {
 
     pub fn labels(&self) -> &Arc<SharedLabels> {
         &self.labels
-    }
-
-    pub fn pool_name(&self) -> &str {
-        &self.labels.pool_name
     }
 
     /// The index of per-endpoint series, which components record through and add their pruners to.

@@ -48,9 +48,21 @@ struct RequestFields<'a> {
 
 /// Which OpenAI API a request path is for, by suffix (a query string is ignored). Anything unknown is
 /// treated as completions, as the Go EPP does for backward compatibility.
-pub fn api_kind_for_path(path: &str) -> ApiKind {
+/// `path` without its query, fragment and trailing slash.
+fn route_of(path: &str) -> &str {
     let path = path.split(['?', '#']).next().unwrap_or(path);
-    let path = path.strip_suffix('/').unwrap_or(path);
+    path.strip_suffix('/').unwrap_or(path)
+}
+
+/// Whether a POST to `path` creates an inference (and so must carry a body): completions, chat,
+/// embeddings, responses, conversations. Other POSTs (e.g. `/v1/responses/{id}/cancel`) may be empty.
+pub fn is_inference_create(path: &str) -> bool {
+    let path = route_of(path);
+    ["/completions", "/embeddings", "/responses", "/conversations"].iter().any(|end| path.ends_with(end))
+}
+
+pub fn api_kind_for_path(path: &str) -> ApiKind {
+    let path = route_of(path);
     // `/v1/conversations/{id}/items` adds items to a conversation and carries `items` like a create.
     let conversation_items = path.ends_with("/items") && path.contains("/conversations/");
     if path.ends_with("/conversations") || conversation_items {
