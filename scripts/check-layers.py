@@ -25,7 +25,7 @@ LAYERS = [
     ["error", "wire"],
     ["request", "datastore"],
     ["metrics"],
-    ["telemetry", "scheduling"],
+    ["telemetry", "scheduling", "health"],
     ["flowcontrol"],
     ["director"],
     ["extproc"],

@@ -24,6 +24,7 @@ use crate::flowcontrol::{
     Admission, FlowControlMetrics, FlowController, FlowControllerParts, ObservedEndpointsDetector,
     SaturationDetector, OBSERVED_ENDPOINTS_DETECTOR,
 };
+use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
 use crate::scheduling::observer::TimingObserver;
 use crate::scheduling::{FactoryContext, Observer, PluginMetrics, Registry};
@@ -208,14 +209,18 @@ impl Server {
             Some(controller) => Admission::flow_control(controller.clone()),
             None => Admission::legacy(detector.map(|(_, d)| d)),
         };
-        let director = Arc::new(Director::new(
-            datastore.clone(),
-            pipeline.clone(),
-            admission,
-            director_metrics.clone(),
-            observer,
-            options,
-        ));
+        let health = HealthMonitor::new(loaded.endpoint_health.clone(), &metrics);
+        let director = Arc::new(
+            Director::new(
+                datastore.clone(),
+                pipeline.clone(),
+                admission,
+                director_metrics.clone(),
+                observer,
+                options,
+            )
+            .with_health(health.clone()),
+        );
 
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -235,6 +240,7 @@ impl Server {
             ..Default::default()
         };
         tasks.push(telemetry::spawn_scrapers(datastore.clone(), scrape, shutdown_rx.clone())?);
+        tasks.push(spawn_health_refresh(datastore.clone(), health, shutdown_rx.clone()));
         tasks.push(spawn_pool_gauges(
             datastore.clone(),
             PoolMetrics::register(&metrics),
@@ -340,6 +346,25 @@ fn spawn_pool_gauges(
         loop {
             tokio::select! {
                 _ = tick.tick() => metrics.update_pool(&datastore.endpoints(), Instant::now(), staleness),
+                _ = stop.changed() => return,
+            }
+        }
+    })
+}
+
+/// How often endpoint health states are published and their time-driven changes logged.
+const HEALTH_REFRESH: Duration = Duration::from_millis(250);
+
+fn spawn_health_refresh(
+    datastore: Arc<Datastore>,
+    health: Arc<HealthMonitor>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(HEALTH_REFRESH);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => health.refresh(&datastore.endpoints(), Instant::now()),
                 _ = stop.changed() => return,
             }
         }

@@ -4,8 +4,9 @@
 //! [`request`] parsing and rewrite; admit: [`flowcontrol`]; decide: [`scheduling`]'s plugin pipeline;
 //! finish: the routing answer) → back to [`extproc`] with the chosen endpoint; the response flows back
 //! through the director's `ActiveRequest` into [`request`]'s response reader. Beside it: [`datastore`]
-//! (endpoints, their telemetry, subset queries), [`telemetry`] (scrapers, the metrics text parser, pool
-//! gauges), [`metrics`] (the registry each component registers its own families in), [`wire`] (header and
+//! (endpoints, their telemetry and breaker state, subset queries), [`telemetry`] (scrapers, the metrics
+//! text parser, pool gauges), [`health`] (which endpoints may receive requests: staleness, the breaker),
+//! [`metrics`] (the registry each component registers its own families in), [`wire`] (header and
 //! metadata names), [`error`], and [`config`] (builds every part from the EndpointPickerConfig). The
 //! layers are drawn in README.md and checked by `scripts/check-layers.py`.
 
@@ -17,6 +18,7 @@ pub mod director;
 pub mod error;
 pub mod extproc;
 pub mod flowcontrol;
+pub mod health;
 pub mod metrics;
 pub mod request;
 pub mod scheduling;

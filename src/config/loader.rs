@@ -100,6 +100,7 @@ fn load_document(text: &str, registry: &Registry, ctx: &FactoryContext) -> Resul
         objectives: build_objectives(&raw.objectives)?,
         model_rewrites: build_model_rewrites(&raw.model_rewrites)?,
         token_estimator: build_token_estimator(raw.token_estimator.as_ref())?,
+        endpoint_health: super::health::build_endpoint_health(raw.endpoint_health.as_ref())?,
         data_source,
         extractor_params,
         parser,

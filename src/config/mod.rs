@@ -11,7 +11,8 @@
 //!
 //! epp extensions (not in the Go schema, for running without Kubernetes CRDs): `endpoints` (static model
 //! servers), `objectives` (InferenceObjective priorities by name), `modelRewrites` (weighted model
-//! rewrites) and `tokenEstimator` (the token estimator's constants).
+//! rewrites), `tokenEstimator` (the token estimator's constants) and `endpointHealth` (staleness and the
+//! circuit breaker's thresholds).
 
 mod assemble;
 mod datalayer;
@@ -19,6 +20,7 @@ mod detector;
 mod error;
 mod extensions;
 mod flow_control;
+mod health;
 mod instances;
 mod loader;
 mod local;
@@ -75,6 +77,8 @@ pub struct LoadedConfig {
     pub model_rewrites: Vec<ModelRewrite>,
     /// epp extension: token estimator constants (defaults 4.0 and 1.5).
     pub token_estimator: TokenEstimatorConfig,
+    /// epp extension: endpoint health (on, with defaults, when the block is absent).
+    pub endpoint_health: crate::health::HealthSettings,
     /// The metrics scrape settings (`metrics-data-source`; defaults when none is declared).
     pub data_source: DataSourceConfig,
     /// The `core-metrics-extractor` parameters, unvalidated (`None`: none given, use the defaults).

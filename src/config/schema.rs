@@ -45,6 +45,9 @@ pub struct RawConfig {
     /// epp extension: the token estimator's constants.
     #[serde(default)]
     pub token_estimator: Option<RawTokenEstimator>,
+    /// epp extension: endpoint health (staleness and the circuit breaker).
+    #[serde(default)]
+    pub endpoint_health: Option<super::health::RawEndpointHealth>,
 }
 
 /// `plugins[]`: one plugin instance.

@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
+use super::EndpointHealth;
+
 /// What the scraper last learned about one endpoint. Immutable once published: a scrape builds a new one.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EndpointMetrics {
@@ -55,12 +57,16 @@ pub struct Endpoint {
     pub metrics_url: String,
     /// Labels of the pod (engine type, capacity hints, ...).
     pub labels: BTreeMap<String, String>,
+    /// When this endpoint joined the pool: until its first scrape, its telemetry's age counts from here.
+    pub joined_at: Instant,
     telemetry: ArcSwap<EndpointMetrics>,
+    health: EndpointHealth,
 }
 
 impl Endpoint {
     pub fn new(name: impl Into<String>, addr: SocketAddr) -> Self {
         let host_port = format_host_port(addr);
+        let joined_at = Instant::now();
         Self {
             name: name.into(),
             namespace: String::new(),
@@ -68,7 +74,9 @@ impl Endpoint {
             host_port,
             addr,
             labels: BTreeMap::new(),
+            joined_at,
             telemetry: ArcSwap::from_pointee(EndpointMetrics::default()),
+            health: EndpointHealth::new(joined_at),
         }
     }
 
@@ -90,6 +98,18 @@ impl Endpoint {
     /// Publishes new telemetry (called by the scraper, or by tests and the lab).
     pub fn update_metrics(&self, metrics: EndpointMetrics) {
         self.telemetry.store(Arc::new(metrics));
+    }
+
+    /// The circuit breaker fed by the outcomes of requests routed here.
+    pub fn health(&self) -> &EndpointHealth {
+        &self.health
+    }
+
+    /// How old the telemetry is at `now`: since the last successful scrape, or since the endpoint joined
+    /// when it has never been scraped.
+    pub fn telemetry_age(&self, now: Instant) -> std::time::Duration {
+        let since = self.metrics().update_time.unwrap_or(self.joined_at);
+        now.saturating_duration_since(since)
     }
 }
 

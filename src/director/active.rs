@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::Director;
 use super::RequestMetrics;
 use crate::flowcontrol::DispatchWaker;
+use crate::health::HealthMonitor;
 use crate::metrics::RequestLabels;
 use crate::request::{Headers, ResponseReader};
 use crate::scheduling::{Completion, CompletionKind, DispatchInfo, Observer, Pipeline};
@@ -48,6 +49,10 @@ pub struct ActiveRequest {
     completed: bool,
     /// Wakes the flow controller's dispatcher when the request completes (capacity may have freed).
     dispatch_waker: Option<DispatchWaker>,
+    /// Hears the response status, which feeds the endpoint's circuit breaker.
+    health: Option<Arc<HealthMonitor>>,
+    /// This request is its endpoint's half-open probe: its outcome decides whether the endpoint returns.
+    probe: bool,
 }
 
 impl std::fmt::Debug for ActiveRequest {
@@ -71,6 +76,8 @@ impl ActiveRequest {
         // Completions wake the flow controller's dispatcher (capacity may have freed).
         let dispatch_waker = director.admission.flow_controller().map(|fc| fc.waker());
         metrics.running_inc(labels.as_labels());
+        let health = director.health.clone();
+        let probe = health.as_ref().is_some_and(|h| h.on_dispatch(&info.endpoint, Instant::now()));
         Self {
             pipeline,
             metrics,
@@ -84,13 +91,20 @@ impl ActiveRequest {
             response,
             completed: false,
             dispatch_waker,
+            health,
+            probe,
         }
     }
 
     /// Response headers arrived (`served`: the endpoint Envoy reports it used); returns the headers the
     /// response hooks want set on the response.
     pub fn on_response_headers(&mut self, headers: &Headers, served: Option<&str>) -> Vec<(String, String)> {
+        let first_headers = self.status.is_none();
         self.status = self.response.on_headers(headers);
+        if let (Some(health), Some(status), true) = (&self.health, self.status, first_headers) {
+            health.on_response(&self.info.endpoint, status, served, self.probe, Instant::now());
+            self.probe = false;
+        }
         let mut set = Vec::new();
         self.pipeline.on_response_headers(&self.info, self.status, served, &mut set, self.observer.as_ref());
         set
@@ -124,6 +138,12 @@ impl ActiveRequest {
             return;
         }
         self.completed = true;
+        if self.probe {
+            // The probe ended before its response headers (a cancel): it proved nothing either way.
+            if let Some(health) = &self.health {
+                health.on_probe_abandoned(&self.info.endpoint);
+            }
+        }
         let usage = match kind {
             CompletionKind::Finished => self.response.usage(),
             CompletionKind::Aborted => None,

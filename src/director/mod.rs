@@ -9,7 +9,8 @@
 //!
 //! Candidates are located between 2 and 3: with flow control the queue comes first, so an empty pool
 //! waits (scale from zero) instead of failing with 503; an explicitly empty subset list still fails at
-//! once. Independent of gRPC, so any front end can drive it.
+//! once. Endpoint health ([`crate::health`]) narrows the candidates there too, whatever the profile.
+//! Independent of gRPC, so any front end can drive it.
 
 mod active;
 mod decide;
@@ -41,6 +42,7 @@ pub use rewrite::RewriteRule;
 use crate::datastore::{locate, Datastore, Endpoint, InvalidSubsetEntry, SubsetHint, SubsetMatch};
 use crate::error::RequestError;
 use crate::flowcontrol::{Admission, DispatchTicket, FlowRequest};
+use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
 use crate::request::{Headers, TokenEstimator};
 use crate::scheduling::{Candidate, Observer, Pipeline, SchedulerMetrics};
@@ -120,6 +122,8 @@ pub struct Director {
     scheduler_metrics: Arc<SchedulerMetrics>,
     observer: Arc<dyn Observer>,
     options: DirectorOptions,
+    /// Drops unhealthy endpoints from the candidates and hears how each request went.
+    health: Option<Arc<HealthMonitor>>,
 }
 
 impl std::fmt::Debug for Director {
@@ -146,7 +150,14 @@ impl Director {
             scheduler_metrics: scheduler,
             observer,
             options,
+            health: None,
         }
+    }
+
+    /// Filters candidates by endpoint health (without it, every located endpoint is a candidate).
+    pub fn with_health(mut self, health: Arc<HealthMonitor>) -> Self {
+        self.health = Some(health);
+        self
     }
 
     /// The per-request families (the wire layer counts rejections in them).
@@ -205,15 +216,19 @@ impl Director {
         Ok(Some(controller.enqueue_and_wait(flow_req).await?))
     }
 
-    /// The candidates: the pool now, narrowed by the subset hint (503 when nothing is left).
+    /// The candidates: the pool now, narrowed by the subset hint (503 when nothing is left), less the
+    /// endpoints that are stale or ejected (unless that would leave none: health fails open).
     pub fn candidates(&self, req: &IncomingRequest) -> Result<Vec<Candidate>, RequestError> {
         let pool = self.datastore.endpoints();
         if pool.is_empty() {
             return Err(RequestError::unavailable("no endpoints available in the pool"));
         }
-        let located = locate(&pool, &req.subset, self.options.subset_match);
+        let mut located = locate(&pool, &req.subset, self.options.subset_match);
         if located.is_empty() {
             return Err(RequestError::unavailable(NO_CANDIDATES));
+        }
+        if let Some(health) = &self.health {
+            health.retain_admitted(&mut located, Instant::now());
         }
         Ok(located.into_iter().map(Candidate::new).collect())
     }

@@ -4,8 +4,9 @@
 //! into the accumulator of every spec it matches. As in the Go EPP, a missing family is an error but the
 //! fields that were found are still updated, and fields that were not keep their previous value. Unlike
 //! Go, the LoRA and cache-info metrics are optional (vLLM prints the LoRA metric only with `--enable-lora`),
-//! so their absence is not an error, and `update_time` is set on every extraction so that an idle but
-//! healthy server never looks stale. The clock is an argument: the function reads no clock itself.
+//! so their absence is not an error, and `update_time` is set on every extraction that found at least one
+//! load family, so that an idle but healthy server never looks stale while a page with none of them (an
+//! error page, garbage) leaves the telemetry aging. The clock is an argument: the function reads no clock itself.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -190,6 +191,12 @@ pub fn extract(page: &[u8], engine: &EngineMapping, previous: &EndpointMetrics, 
     }
     if blocks_gauge.matched {
         metrics.cache_num_blocks = to_count(blocks_gauge.value) as usize;
+    }
+    // A page with none of the load families (an HTML error page, a proxy's 200, garbage) says nothing
+    // about the server: it must not refresh the telemetry's age, or the endpoint health check would take
+    // frozen values for fresh ones.
+    if !(queued.matched || running.matched || kv.matched || kv_fallback.matched) {
+        metrics.update_time = previous.update_time;
     }
     let error = (!problems.is_empty()).then_some(ExtractError { problems });
     Extraction { metrics, error, malformed_lines: samples.malformed_lines() }

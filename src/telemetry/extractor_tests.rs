@@ -216,3 +216,18 @@ fn garbage_pages_never_panic_and_report_missing_families() {
         assert!(out.error.is_some());
     }
 }
+
+#[test]
+fn a_page_without_any_load_family_does_not_refresh_the_age() {
+    let then = Instant::now();
+    let previous = EndpointMetrics { waiting_queue_size: 4, update_time: Some(then), ..Default::default() };
+    let later = then + std::time::Duration::from_secs(5);
+    for page in [&b"<html>502 Bad Gateway</html>"[..], b"", b"# HELP up\nup 1\n"] {
+        let out = extract(page, &engine("vllm"), &previous, later);
+        assert!(out.error.is_some());
+        assert_eq!(out.metrics.update_time, Some(then), "{:?}", String::from_utf8_lossy(page));
+        assert_eq!(out.metrics.waiting_queue_size, 4);
+    }
+    let out = extract(b"vllm:num_requests_waiting 0\n", &engine("vllm"), &previous, later);
+    assert_eq!(out.metrics.update_time, Some(later), "one load family is enough");
+}
