@@ -14,7 +14,7 @@ KUBERNETES_VALIDATE_VERSION ?= 1.37.0
 HELM_STAMP := $(VENV)/.helm-check-$(HELM_SDK_VERSION)-$(KUBERNETES_VALIDATE_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy prometheus lint check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab
+.PHONY: all build release envoy prometheus lint check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab soak
 
 all: build
 
@@ -113,3 +113,13 @@ demo-smoke: envoy
 live-vs-lab: envoy
 	$(CARGO) build --release --workspace --bins
 	scripts/live-vs-lab.sh
+
+## soak: SOAK_MINUTES (30) at 80 % of the measured maximum through Envoy, a fault every 2 minutes; writes
+## target/soak/soak.csv and the plot target/soak/soak.png (matplotlib into $(VENV)). Not part of `make test`.
+SOAK_MINUTES ?= 30
+soak: envoy
+	$(CARGO) build --release --workspace --bins
+	[ -x $(VENV)/bin/python -a -n "$$($(VENV)/bin/pip list 2>/dev/null | grep -i '^matplotlib ')" ] || \
+	  $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib==3.11.2
+	SOAK_MINUTES=$(SOAK_MINUTES) $(CARGO) test --release -p epp --test fault_matrix -- --ignored --nocapture soak
+	$(VENV)/bin/python scripts/plot-soak.py target/soak/soak.csv target/soak/soak.png

@@ -105,7 +105,7 @@ wait_for_port "$METRICS_PORT" epp "$WORK/epp.log" "${PIDS[1]}"
 sleep 0.5 # epp scrapes every replica (every 50 ms) before the first request
 
 echo "== starting Envoy (full duplex ext_proc) on :$LISTEN_PORT"
-LISTEN_PORT=$LISTEN_PORT ADMIN_PORT=$ADMIN_PORT EXTPROC_PORT=$EXTPROC_PORT \
+LISTEN_PORT=$LISTEN_PORT ADMIN_PORT=$ADMIN_PORT EXTPROC_PORT=$EXTPROC_PORT HEALTH_PORT=$HEALTH_PORT \
   scripts/render-envoy-config.sh deploy/envoy/envoy-full-duplex.yaml >"$WORK/envoy.yaml"
 "$ENVOY" -c "$WORK/envoy.yaml" --base-id $((RANDOM % 60000 + 1)) -l warning >"$WORK/envoy.log" 2>&1 &
 PIDS+=($!)

@@ -86,7 +86,11 @@ pub fn start_front_for(
     let pool_arg = format!("--pool-name={POOL}");
     let epp = start_epp_for_with_env(endpoints, &[FAST_POOL_GAUGES, &pool_arg, &config_arg], epp_env);
     // The routing answer waits for admission: Envoy's ext_proc message_timeout must outlast any queue wait.
-    let vars = [("EXTPROC_PORT", epp.grpc_port.to_string()), ("MESSAGE_TIMEOUT", "600s".to_string())];
+    let vars = [
+        ("EXTPROC_PORT", epp.grpc_port.to_string()),
+        ("HEALTH_PORT", epp.health_port.to_string()),
+        ("MESSAGE_TIMEOUT", "600s".to_string()),
+    ];
     let envoy = start_envoy_on_free_ports(FULL_DUPLEX, &vars);
     Some(EppBehindEnvoy { envoy, epp })
 }

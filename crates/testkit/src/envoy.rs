@@ -112,12 +112,21 @@ pub struct Envoy {
     pub child: ChildGuard,
     pub listen_port: u16,
     pub admin_port: u16,
+    template: String,
+    vars: Vec<(String, String)>,
 }
 
 impl Envoy {
     /// `http://127.0.0.1:<listen port><path>`.
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.listen_port)
+    }
+
+    /// SIGKILLs Envoy and starts it again from the same template, on the same ports.
+    pub fn restart(&mut self) {
+        self.child.kill();
+        let vars: Vec<(&str, String)> = self.vars.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        self.child = start_envoy(&self.template, &vars);
     }
 
     /// An admin endpoint (e.g. `/stats?filter=ext_proc`), fetched blocking.
@@ -149,5 +158,6 @@ pub fn start_envoy_on_free_ports(template: &str, extra_vars: &[(&str, String)]) 
     let mut vars = vec![("LISTEN_PORT", listen_port.to_string()), ("ADMIN_PORT", admin_port.to_string())];
     vars.extend(extra_vars.iter().cloned());
     let child = start_envoy(template, &vars);
-    Envoy { child, listen_port, admin_port }
+    let vars = vars.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    Envoy { child, listen_port, admin_port, template: template.to_string(), vars }
 }

@@ -274,6 +274,23 @@ pub struct Epp {
     pub grpc_port: u16,
     pub health_port: u16,
     pub metrics_port: u16,
+    /// The command line it was started with, for [`Epp::restart`].
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+impl Epp {
+    /// Stops epp (SIGTERM, then SIGKILL if it has not exited within its grace period) and starts it
+    /// again with the same command line, on the same ports.
+    pub fn restart(&mut self) {
+        self.child.terminate();
+        let exited = wait_until(Duration::from_secs(15), || !self.child.is_running());
+        if !exited {
+            self.child.kill();
+        }
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.child = start_epp_with_env(&self.args, &env);
+    }
 }
 
 /// Starts epp with exactly `args` and waits until the port given by `--grpc-port` accepts.
@@ -324,7 +341,8 @@ pub fn start_epp_for_with_env(endpoints: &str, extra_args: &[&str], env: &[(&str
     .collect();
     args.extend(extra_args.iter().map(|arg| arg.to_string()));
     let child = start_epp_with_env(&args, env);
-    Epp { child, grpc_port, health_port, metrics_port }
+    let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    Epp { child, grpc_port, health_port, metrics_port, args, env }
 }
 
 /// The value of `--name V` or `--name=V` in `args`.

@@ -46,7 +46,8 @@ pub fn start_stack_with_envoy_vars(
     envoy_or_skip(test_name)?;
     let backends = start_test_backends(backend_count, backend_args);
     let epp = start_epp_for(&backends.endpoints(), epp_args);
-    let mut vars = vec![("EXTPROC_PORT", epp.grpc_port.to_string())];
+    let mut vars =
+        vec![("EXTPROC_PORT", epp.grpc_port.to_string()), ("HEALTH_PORT", epp.health_port.to_string())];
     vars.extend(envoy_vars.iter().map(|(name, value)| (*name, value.to_string())));
     let envoy = start_envoy_on_free_ports(template, &vars);
     Some(Stack { envoy, epp, backends })
@@ -77,7 +78,8 @@ pub fn start_epp_behind_envoy(
 ) -> Option<EppBehindEnvoy> {
     envoy_or_skip(test_name)?;
     let epp = start_epp_for(endpoints, epp_args);
-    let mut vars = vec![("EXTPROC_PORT", epp.grpc_port.to_string())];
+    let mut vars =
+        vec![("EXTPROC_PORT", epp.grpc_port.to_string()), ("HEALTH_PORT", epp.health_port.to_string())];
     vars.extend(envoy_vars.iter().map(|(name, value)| (*name, value.to_string())));
     let envoy = start_envoy_on_free_ports(template, &vars);
     Some(EppBehindEnvoy { envoy, epp })

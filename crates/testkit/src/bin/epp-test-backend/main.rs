@@ -8,7 +8,9 @@
 //!
 //! Test knobs, read from request headers on the `/v1/*` API: `x-test-status: 503` answers with that status
 //! and a JSON error; `x-test-delay-ms: 500` holds the request (counted as running) before answering.
+//! `POST /admin/faults` injects faults: a hung, garbage or slow `/metrics`, every Nth request failing.
 
+mod faults;
 mod load;
 mod openai;
 
@@ -26,6 +28,7 @@ use axum::Router;
 use clap::Parser;
 use serde_json::{json, Value};
 
+use faults::{Faults, MetricsFault, GARBAGE_PAGE};
 use load::{render_metrics, LoadSettings};
 use openai::{embeddings, generate, Kind};
 
@@ -85,6 +88,9 @@ struct Backend {
     chunk_delay: Duration,
     started_unix: u64,
     load: Mutex<LoadSettings>,
+    faults: Mutex<Faults>,
+    /// API requests seen, for `fail_every`.
+    fault_counter: AtomicU64,
     in_flight: AtomicI64,
     api_requests: AtomicU64,
     last_request: Mutex<Option<Value>>,
@@ -142,6 +148,8 @@ async fn handle(State(backend): State<Arc<Backend>>, request: Request) -> Respon
             let path = parts.uri.path();
             if path.starts_with("/v1/") {
                 serve_api(&backend, parts.method.as_str(), path, &parts.headers, &body).await
+            } else if path == "/metrics" && parts.method == axum::http::Method::GET {
+                serve_metrics(&backend).await
             } else {
                 serve_control(&backend, parts.method.as_str(), path, &body)
             }
@@ -168,6 +176,10 @@ async fn serve_api(
     if let Some(delay_ms) = knob("x-test-delay-ms") {
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
     }
+    let fails = lock(&backend.faults).fails(&backend.fault_counter);
+    if fails {
+        return error_response(StatusCode::INTERNAL_SERVER_ERROR, "injected failure (fail_every)");
+    }
     if let Some(status) = knob("x-test-status").and_then(|s| u16::try_from(s).ok()) {
         if let Ok(status) = StatusCode::from_u16(status) {
             return error_response(status, format!("x-test-status asked for {status}"));
@@ -186,11 +198,36 @@ async fn serve_api(
     }
 }
 
-/// Health, metrics, admin and debug endpoints: never recorded, never counted as load.
+/// `/metrics`, subject to the injected faults.
+async fn serve_metrics(backend: &Backend) -> Response {
+    let faults = lock(&backend.faults).clone();
+    tokio::time::sleep(faults.metrics_delay()).await;
+    match faults.metrics() {
+        MetricsFault::Ok => respond(StatusCode::OK, PROMETHEUS_TEXT, render_metrics(backend)),
+        MetricsFault::Garbage => respond(StatusCode::OK, PROMETHEUS_TEXT, GARBAGE_PAGE),
+        MetricsFault::Hang => std::future::pending().await,
+    }
+}
+
+/// Health, admin and debug endpoints: never recorded, never counted as load.
 fn serve_control(backend: &Backend, method: &str, path: &str, body: &Bytes) -> Response {
     match (method, path) {
         ("GET", "/health") => respond(StatusCode::OK, "text/plain", ""),
-        ("GET", "/metrics") => respond(StatusCode::OK, PROMETHEUS_TEXT, render_metrics(backend)),
+        ("GET", "/admin/faults") => json_response(StatusCode::OK, &json!(*lock(&backend.faults))),
+        ("POST", "/admin/faults") => {
+            let update: Value = match serde_json::from_slice(body) {
+                Ok(update) => update,
+                Err(e) => return error_response(StatusCode::BAD_REQUEST, format!("invalid JSON: {e}")),
+            };
+            let mut faults = lock(&backend.faults);
+            match faults.merged(&update) {
+                Ok(merged) => {
+                    *faults = merged;
+                    json_response(StatusCode::OK, &json!(*faults))
+                }
+                Err(e) => error_response(StatusCode::BAD_REQUEST, e),
+            }
+        }
         ("GET", "/admin/metrics") => json_response(StatusCode::OK, &json!(*lock(&backend.load))),
         ("POST", "/admin/metrics") => {
             let update: Value = match serde_json::from_slice(body) {
@@ -247,6 +284,8 @@ fn new_backend(args: &Args, port: u16) -> Result<Backend, BackendError> {
         chunk_delay: Duration::from_millis(args.chunk_delay_ms),
         started_unix: unix_now(),
         load: Mutex::new(LoadSettings::default()),
+        faults: Mutex::new(Faults::default()),
+        fault_counter: AtomicU64::new(0),
         in_flight: AtomicI64::new(0),
         api_requests: AtomicU64::new(0),
         last_request: Mutex::new(None),

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Draws the soak's CSV (target/soak/soak.csv, written by `make soak`) as one PNG: epp's RSS, the
+/metrics page size, and errors per 10 s window, with the fault windows shaded.
+
+usage: scripts/plot-soak.py [CSV] [PNG]   (matplotlib: `make soak` installs it into .venv)
+"""
+import csv
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main() -> None:
+    source = sys.argv[1] if len(sys.argv) > 1 else "target/soak/soak.csv"
+    target = sys.argv[2] if len(sys.argv) > 2 else "target/soak/soak.png"
+    with open(source, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        sys.exit(f"plot-soak: {source} has no rows")
+    minutes = [int(r["seconds"]) / 60 for r in rows]
+    rss = [int(r["rss_kib"]) / 1024 for r in rows]
+    page = [int(r["metrics_bytes"]) / 1024 for r in rows]
+    errors = [int(r["errors"]) for r in rows]
+    requests = [int(r["requests"]) for r in rows]
+
+    fig, (ax_rss, ax_err) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    ax_rss.plot(minutes, rss, color="tab:blue", label="epp RSS (MiB)")
+    ax_rss.set_ylabel("RSS (MiB)")
+    ax_rss.set_ylim(bottom=0)
+    ax_page = ax_rss.twinx()
+    ax_page.plot(minutes, page, color="tab:green", linestyle="--", label="/metrics (KiB)")
+    ax_page.set_ylabel("/metrics (KiB)")
+    ax_page.set_ylim(bottom=0)
+    ax_rss.legend(loc="upper left")
+    ax_page.legend(loc="upper right")
+    ax_err.bar(minutes, errors, width=0.12, color="tab:red", label="errors per 10 s")
+    ax_err.set_ylabel("errors / 10 s")
+    ax_req = ax_err.twinx()
+    ax_req.plot(minutes, requests, color="tab:gray", linewidth=0.8, label="requests per 10 s")
+    ax_req.set_ylabel("requests / 10 s")
+    ax_req.set_ylim(bottom=0)
+    for ax in (ax_rss, ax_err):
+        for r, m in zip(rows, minutes):
+            if r["fault"]:
+                ax.axvspan(m - 10 / 60, m, color="orange", alpha=0.15, linewidth=0)
+    ax_err.set_xlabel("minutes (orange: a fault is active)")
+    fig.suptitle("epp soak through Envoy: 80 % of measured maximum, a fault every 2 minutes")
+    fig.tight_layout()
+    fig.savefig(target, dpi=110)
+    print(f"plot-soak: wrote {target}")
+
+
+if __name__ == "__main__":
+    main()
