@@ -46,6 +46,9 @@ pub struct Fleet {
     pub ports: Vec<u16>,
     pub replicas: Vec<Option<ChildGuard>>,
     backend_args: Vec<String>,
+    /// Started with FAULT_MATRIX_EPP_ARGS: health states may not be published, so waits for one are a
+    /// fixed pause instead (for "before" figures only; assertions then fail as they should).
+    extra_args: bool,
 }
 
 impl Fleet {
@@ -61,14 +64,21 @@ impl Fleet {
         let ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
         let replicas = ports.iter().map(|&p| Some(start_test_backend_with(&[p], backend_args))).collect();
         let endpoints = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+        // FAULT_MATRIX_EPP_ARGS adds epp flags, e.g. `--config-text=endpointHealth: {enabled: false}` to
+        // measure the same faults without endpoint health (RELIABILITY.md's "before" figures).
+        let extra = std::env::var("FAULT_MATRIX_EPP_ARGS").unwrap_or_default();
         let mut args = vec![FAST_POOL_GAUGES];
         args.extend_from_slice(epp_args);
+        if !extra.is_empty() {
+            args.push(&extra);
+        }
         let stack = start_epp_behind_envoy(test_name, "envoy-full-duplex.yaml", &endpoints, &args, &[])?;
         let fleet = Self {
             stack,
             ports,
             replicas,
             backend_args: backend_args.iter().map(|s| s.to_string()).collect(),
+            extra_args: !extra.is_empty(),
         };
         for index in 0..count {
             fleet.wait_for_state(index, "healthy").await;
@@ -107,6 +117,10 @@ impl Fleet {
 
     /// epp's health state for replica `index` (`epp_endpoint_health_state`), once it reads `state`.
     pub async fn wait_for_state(&self, index: usize, state: &str) {
+        if self.extra_args {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            return;
+        }
         let endpoint = format!("127.0.0.1:{}", self.ports[index]);
         let labels = [("model_server_endpoint", endpoint.as_str()), ("state", state)];
         let reached = wait_until_async(PROPAGATION_DEADLINE, || {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::values::GoDuration;
 use super::ConfigError;
-use crate::datastore::BreakerPolicy;
+use crate::datastore::{BreakerPolicy, RATE_WINDOW_REQUESTS};
 use crate::health::HealthSettings;
 
 /// `endpointHealth` as written.
@@ -61,6 +61,17 @@ pub(crate) fn build_endpoint_health(raw: Option<&RawEndpointHealth>) -> Result<H
         Some(0) => Err(invalid(field, "must be at least 1")),
         Some(v) => Ok(v),
     };
+    let min_requests = at_least_one(
+        "failureRateMinimumRequests",
+        raw.failure_rate_minimum_requests,
+        d.failure_rate_min_requests,
+    )?;
+    if min_requests as usize > RATE_WINDOW_REQUESTS {
+        return Err(invalid(
+            "failureRateMinimumRequests",
+            format!("{min_requests} is more than the {RATE_WINDOW_REQUESTS} latest requests the rate is taken over"),
+        ));
+    }
     let base_ejection = positive("baseEjectionTime", raw.base_ejection_time, d.base_ejection)?;
     let max_ejection = positive("maxEjectionTime", raw.max_ejection_time, d.max_ejection.max(base_ejection))?;
     if max_ejection < base_ejection {
@@ -80,11 +91,7 @@ pub(crate) fn build_endpoint_health(raw: Option<&RawEndpointHealth>) -> Result<H
             // 0 turns the consecutive-failure check off (the rate check remains).
             consecutive_failures: raw.consecutive_failures.unwrap_or(d.consecutive_failures),
             failure_rate_threshold,
-            failure_rate_min_requests: at_least_one(
-                "failureRateMinimumRequests",
-                raw.failure_rate_minimum_requests,
-                d.failure_rate_min_requests,
-            )?,
+            failure_rate_min_requests: min_requests,
             failure_rate_window: positive(
                 "failureRateWindow",
                 raw.failure_rate_window,
@@ -148,6 +155,7 @@ mod tests {
             ("{failureRateThreshold: 1.5}", "failureRateThreshold"),
             ("{failureRateThreshold: .nan}", "failureRateThreshold"),
             ("{failureRateMinimumRequests: 0}", "failureRateMinimumRequests"),
+            ("{failureRateMinimumRequests: 65}", "failureRateMinimumRequests"),
             ("{probeSuccesses: 0}", "probeSuccesses"),
             ("{baseEjectionTime: 0s}", "baseEjectionTime"),
             ("{failureRateWindow: 0}", "failureRateWindow"),

@@ -8,8 +8,10 @@
 //! breaker (`smg-project/smg:src/core/circuit_breaker.rs`: closed → open → half-open) do:
 //!
 //! - **closed**: outcomes are counted; `consecutive_failures` failures in a row, or a failure rate of at
-//!   least `failure_rate_threshold` over `failure_rate_window` with at least `failure_rate_min_requests`
-//!   requests, eject it;
+//!   least `failure_rate_threshold` among the last [`RATE_WINDOW_REQUESTS`] outcomes within
+//!   `failure_rate_window` (at least `failure_rate_min_requests` of them), eject it. The window is capped
+//!   in requests as well as in time so that at a high request rate a replica that starts failing is caught
+//!   within a few dozen requests, not after its healthy past has aged out of ten seconds;
 //! - **open**: ejected until `base_ejection × 2^(n−1)` (capped at `max_ejection`) has passed, `n` counting
 //!   the ejections since it last stayed healthy for `max_ejection`;
 //! - **half-open**: one probe request at a time may go; `probe_successes` successes close it, a failure
@@ -28,8 +30,9 @@ use std::time::{Duration, Instant};
 pub struct BreakerPolicy {
     /// Failures in a row that eject (0: never by count).
     pub consecutive_failures: u32,
-    /// Failure fraction over the window that ejects (in (0, 1]; ignored when `failure_rate_min_requests`
-    /// requests have not been seen in the window).
+    /// Failure fraction over the window (the last `failure_rate_window`, at most the last
+    /// [`RATE_WINDOW_REQUESTS`] outcomes) that ejects, in (0, 1]; ignored while the window holds fewer than
+    /// `failure_rate_min_requests` (≤ [`RATE_WINDOW_REQUESTS`]) outcomes.
     pub failure_rate_threshold: f64,
     pub failure_rate_min_requests: u32,
     pub failure_rate_window: Duration,
@@ -99,21 +102,42 @@ pub enum BreakerState {
     Probing,
 }
 
-/// Buckets of the failure-rate window.
-const BUCKETS: usize = 10;
+/// The failure rate is taken over at most this many of the latest outcomes.
+pub const RATE_WINDOW_REQUESTS: usize = 64;
 
-#[derive(Debug, Default, Clone, Copy)]
-struct Bucket {
-    /// Which slice of time (`elapsed / width`) the counts belong to.
-    slot: u64,
-    successes: u32,
-    failures: u32,
+/// The latest outcomes, oldest overwritten first: `(ns since the epoch) << 1 | failed`, 0 = empty.
+#[derive(Debug, Clone, Copy)]
+struct Recent {
+    outcomes: [u64; RATE_WINDOW_REQUESTS],
+    next: usize,
+}
+
+impl Default for Recent {
+    fn default() -> Self {
+        Self { outcomes: [0; RATE_WINDOW_REQUESTS], next: 0 }
+    }
+}
+
+impl Recent {
+    fn push(&mut self, t: u64, failed: bool) {
+        // `| 2` keeps an outcome at t = 0 distinct from an empty slot.
+        self.outcomes[self.next] = (t << 1) | 2 | u64::from(failed);
+        self.next = (self.next + 1) % RATE_WINDOW_REQUESTS;
+    }
+
+    /// (outcomes, failures) at or after `since`.
+    fn since(&self, since: u64) -> (u32, u32) {
+        self.outcomes
+            .iter()
+            .filter(|&&o| o != 0 && (o >> 1) >= since)
+            .fold((0, 0), |(n, f), &o| (n + 1, f + u32::from(o & 1 == 1)))
+    }
 }
 
 #[derive(Debug, Default)]
 struct Record {
     consecutive_failures: u32,
-    window: [Bucket; BUCKETS],
+    recent: Recent,
     /// Ejections since the endpoint last stayed healthy for `max_ejection` (sets the backoff).
     ejections: u32,
     probe_successes: u32,
@@ -192,7 +216,7 @@ impl EndpointHealth {
                     record.probe_successes += 1;
                     if record.probe_successes >= policy.probe_successes.max(1) {
                         record.consecutive_failures = 0;
-                        record.window = Default::default();
+                        record.recent = Recent::default();
                         record.restored_at = t;
                         self.ejected.store(false, Ordering::Release);
                         Some(Transition::Restored)
@@ -217,35 +241,22 @@ impl EndpointHealth {
         policy: &BreakerPolicy,
         t: u64,
     ) -> Option<Transition> {
-        let width = (policy.failure_rate_window.as_nanos() / BUCKETS as u128).max(1);
-        let slot = u64::try_from(u128::from(t) / width).unwrap_or(u64::MAX);
-        let bucket = &mut record.window[usize::try_from(slot % BUCKETS as u64).unwrap_or(0)];
-        if bucket.slot != slot {
-            *bucket = Bucket { slot, successes: 0, failures: 0 };
-        }
+        record.recent.push(t, outcome == Outcome::Failure);
         match outcome {
             Outcome::Success => {
-                bucket.successes = bucket.successes.saturating_add(1);
                 record.consecutive_failures = 0;
                 return None;
             }
             Outcome::Failure => {
-                bucket.failures = bucket.failures.saturating_add(1);
                 record.consecutive_failures = record.consecutive_failures.saturating_add(1);
             }
         }
         if policy.consecutive_failures > 0 && record.consecutive_failures >= policy.consecutive_failures {
             return Some(self.eject(record, EjectionReason::ConsecutiveFailures, policy, t));
         }
-        let oldest = slot.saturating_sub(BUCKETS as u64 - 1);
-        let (ok, failed) = record
-            .window
-            .iter()
-            .filter(|b| b.slot >= oldest && b.slot <= slot)
-            .fold((0u64, 0u64), |(s, f), b| (s + u64::from(b.successes), f + u64::from(b.failures)));
-        let total = ok + failed;
-        if total >= u64::from(policy.failure_rate_min_requests.max(1))
-            && failed as f64 >= policy.failure_rate_threshold * total as f64
+        let (total, failed) = record.recent.since(t.saturating_sub(nanos_of(policy.failure_rate_window)));
+        if total >= policy.failure_rate_min_requests.max(1)
+            && f64::from(failed) >= policy.failure_rate_threshold * f64::from(total)
         {
             return Some(self.eject(record, EjectionReason::FailureRate, policy, t));
         }
@@ -270,7 +281,7 @@ impl EndpointHealth {
         let duration = policy.base_ejection.saturating_mul(1u32 << doublings).min(max);
         record.consecutive_failures = 0;
         record.probe_successes = 0;
-        record.window = Default::default();
+        record.recent = Recent::default();
         self.ejected_until.store(t.saturating_add(nanos_of(duration)), Ordering::Release);
         self.ejected.store(true, Ordering::Release);
         Transition::Ejected { reason, duration, ejections: record.ejections }

@@ -172,3 +172,26 @@ fn the_backoff_starts_over_after_a_healthy_spell() {
         })
     );
 }
+
+#[test]
+fn a_long_healthy_past_does_not_hide_a_replica_that_starts_failing() {
+    let t0 = Instant::now();
+    let h = EndpointHealth::new(t0);
+    let p = BreakerPolicy {
+        consecutive_failures: 0,
+        failure_rate_threshold: 0.3,
+        failure_rate_min_requests: 20,
+        ..policy()
+    };
+    // 2,000 successes in the last second: far more than the 64 outcomes the rate is taken over.
+    for i in 0..2000 {
+        h.record(Outcome::Success, false, &p, t0 + Duration::from_micros(i * 500));
+    }
+    let start = t0 + Duration::from_secs(1);
+    let ejected_after = (0..200u64).find(|i| {
+        let outcome = if i % 2 == 0 { Outcome::Failure } else { Outcome::Success };
+        h.record(outcome, false, &p, start + Duration::from_micros(i * 500)).is_some()
+    });
+    let n = ejected_after.expect("ejected");
+    assert!(n < 64, "ejected only after {n} requests");
+}

@@ -12,6 +12,8 @@ mod pool;
 mod subset;
 
 pub use endpoint::{format_host_port, Endpoint, EndpointMetrics};
-pub use health::{BreakerPolicy, BreakerState, EjectionReason, EndpointHealth, Outcome, Transition};
+pub use health::{
+    BreakerPolicy, BreakerState, EjectionReason, EndpointHealth, Outcome, Transition, RATE_WINDOW_REQUESTS,
+};
 pub use pool::{Datastore, EndpointChanges};
 pub use subset::{locate, InvalidSubsetEntry, SubsetEntry, SubsetHint, SubsetMatch};

@@ -96,8 +96,11 @@ async fn an_epp_restart_under_load_recovers() {
     let samples = load.stop().await;
     let during = after(&samples, restart_at);
     let failed_after_back = errors(&after(&samples, back_at + Duration::from_secs(2)));
+    let last_error = during.iter().filter(|s| !s.ok()).map(|s| s.at - restart_at).max();
+    let first_error = during.iter().filter(|s| !s.ok()).map(|s| s.at - restart_at).min();
     eprintln!(
-        "FIGURE epp restart: {} errors of {} requests from the SIGTERM on ({:?} until the new epp listened)",
+        "FIGURE epp restart: {} errors of {} requests from the SIGTERM on, from {first_error:?} to \
+         {last_error:?} after it; the new epp listened {:?} after it",
         errors(&during),
         during.len(),
         back_at - restart_at
