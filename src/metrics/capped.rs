@@ -26,11 +26,12 @@
 //! removed a label set's fate is fixed when it is first seen, so paired increments and decrements
 //! (running requests, queue gauges) always land in the same series.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::hash::Hash;
 use std::num::NonZeroUsize;
 use std::ops::Deref;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
@@ -150,26 +151,35 @@ impl<L: RequestDerived, M, C: MetricConstructor<M> + SeriesCost + Clone> CappedF
         if let Some(metric) = self.family.get(labels) {
             return metric;
         }
-        // A new label set: decided and inserted under the slot lock.
+        // A new label set: inserted while the slot lock `_slots` is held, so the count stays exact.
+        let (_slots, target) = self.admit(labels);
+        self.family.get_or_create(&target)
+    }
+
+    /// Decides where a label set without a series goes (itself, or the overflow series) and accounts for
+    /// it; the caller inserts it before releasing the returned lock.
+    #[cold]
+    #[inline(never)]
+    fn admit<'a>(&self, labels: &'a L) -> (MutexGuard<'_, Slots<L>>, Cow<'a, L>) {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         // Another thread may have created it, or taken the last slot, since the lookup.
-        if let Some(metric) = self.family.get(labels) {
-            return metric;
+        if self.family.get(labels).is_some() {
+            return (slots, Cow::Borrowed(labels));
         }
         if self.is_exempt(labels) {
             slots.uncounted.insert(labels.clone());
-            return self.family.get_or_create(labels);
+            return (slots, Cow::Borrowed(labels));
         }
         if slots.counted < self.capacity {
             slots.counted += 1;
-            return self.family.get_or_create(labels);
+            return (slots, Cow::Borrowed(labels));
         }
         self.dropped.inc();
         let overflow = labels.overflow(&self.marker);
         if self.family.get(&overflow).is_none() {
             slots.uncounted.insert(overflow.clone());
         }
-        self.family.get_or_create(&overflow)
+        (slots, Cow::Owned(overflow))
     }
 
     /// Whether every request-derived value of `labels` is empty or a configured name.
