@@ -139,7 +139,7 @@ impl Server {
         cli.validate().map_err(anyhow::Error::msg)?;
         let datastore = Arc::new(Datastore::new(cli.pool_name.clone()));
         // The composition root: each component registers its own families and gets only its handles.
-        let metrics = MetricsRegistry::new(&cli.pool_name);
+        let metrics = MetricsRegistry::with_max_series(&cli.pool_name, cli.max_series_per_family);
         let director_metrics = DirectorMetrics::register(&metrics);
         let ctx = FactoryContext { datastore: datastore.clone(), metrics: PluginMetrics::register(&metrics) };
         let registry = Registry::with_builtins();

@@ -2,10 +2,13 @@
 //! args keep working when the image changes.
 
 use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser};
+
+use crate::metrics::DEFAULT_MAX_SERIES_PER_FAMILY;
 
 /// Endpoint Picker for LLM inference gateways (Envoy ext_proc).
 #[derive(Debug, Clone, Parser)]
@@ -72,6 +75,11 @@ pub struct Cli {
     /// Most request-body bytes all streams may buffer at once; past it a request gets 503 with the reason.
     #[arg(long, default_value_t = 1 << 30)]
     pub max_buffered_request_bytes: usize,
+    /// Most series a metric family with request-derived labels (model names, fairness ids) may hold, each
+    /// histogram bucket counting as one; new label sets past it go to the family's `__overflow__` series,
+    /// counted in `epp_metrics_dropped_label_sets_total`. Must be > 0.
+    #[arg(long, default_value_t = DEFAULT_MAX_SERIES_PER_FAMILY)]
+    pub max_series_per_family: NonZeroUsize,
     /// How long shutdown waits for in-flight streams.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub shutdown_grace_period: Duration,
@@ -138,6 +146,15 @@ mod tests {
             Cli::parse_from(["epp", "--endpoints", "127.0.0.1:8000,[::1]:8001", "--secure-serving=false"]);
         assert_eq!(c.endpoints.len(), 2);
         assert!(!c.secure_serving);
+    }
+
+    #[test]
+    fn max_series_per_family_defaults_and_rejects_zero() {
+        assert_eq!(Cli::parse_from(["epp"]).max_series_per_family, DEFAULT_MAX_SERIES_PER_FAMILY);
+        let c = Cli::parse_from(["epp", "--max-series-per-family", "50"]);
+        assert_eq!(c.max_series_per_family.get(), 50);
+        let zero = Cli::try_parse_from(["epp", "--max-series-per-family=0"]).unwrap_err().to_string();
+        assert!(zero.contains("--max-series-per-family"), "{zero}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! registry the way `app` wires them: names, label sets, accumulation, bounded and escaped labels, and
 //! per-endpoint series pruned across components when an endpoint leaves.
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,10 @@ struct M {
 
 impl M {
     fn new(pool: &str) -> Self {
-        let registry = MetricsRegistry::new(pool);
+        Self::with_registry(MetricsRegistry::new(pool))
+    }
+
+    fn with_registry(registry: Arc<MetricsRegistry>) -> Self {
         let DirectorMetrics { requests, scheduler } = DirectorMetrics::register(&registry);
         Self {
             requests,
@@ -195,6 +199,7 @@ fn exposition_has_every_name_with_its_labels() {
         ("llm_d_epp_request_processing_duration_seconds_bucket", &[]),
         ("llm_d_epp_response_processing_duration_seconds_bucket", &[]),
         ("llm_d_epp_info", &["build_ref", "commit"]),
+        ("epp_metrics_dropped_label_sets_total", &["family"]),
         ("llm_d_epp_model_rewrite_decisions_total", &["model_name", "model_rewrite_name", "target_model"]),
         (
             "llm_d_epp_inflight_tokens",
@@ -398,7 +403,8 @@ fn request_derived_labels_are_escaped_and_bounded() {
     let text = m.encode();
     assert!(text.contains(r#"model_name="a\"b\\c\nd""#), "{text}");
 
-    let m = M::new("p");
+    // The per-label cap alone: a series cap above the 1,002 combinations.
+    let m = M::with_registry(MetricsRegistry::with_max_series("p", NonZeroUsize::new(10_000).unwrap()));
     m.registry.pin_model_names(["configured"]);
     let names: Vec<String> = (0..MAX_MODEL_LABEL_VALUES + 10).map(|i| format!("m{i}")).collect();
     for name in &names {

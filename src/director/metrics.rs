@@ -12,42 +12,43 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use crate::error::ErrorCode;
 use crate::metrics::{
-    FlowErrorLabels, FlowLabels, FlowStreamingLabels, HistogramFamily, MetricsRegistry, ModelErrorLabels,
-    ModelLabels, ModelNameLabels, ModelPriorityLabels, RequestLabels, RewriteLabels, SharedLabels,
-    GENERAL_LATENCY, INPUT_TOKENS, LLMD_TTFT, NTPOT, OUTPUT_TOKENS, REQUEST_BYTES, RESPONSE_BYTES,
+    CappedFamily, CappedHistograms, FlowErrorLabels, FlowLabels, FlowStreamingLabels, MetricsRegistry,
+    ModelErrorLabels, ModelLabels, ModelNameLabels, ModelPriorityLabels, RequestLabels, RewriteLabels,
+    SharedLabels,
 };
 use crate::request::Usage;
 
-/// The per-request families under their GIE names (`inference_objective_*`).
+/// The per-request families under their GIE names (`inference_objective_*`). Their labels come from
+/// requests, so each is capped (see `metrics::CappedFamily`).
 #[derive(Debug)]
 pub(super) struct GieRequestFamilies {
-    pub requests: Family<ModelPriorityLabels, Counter>,
-    pub errors: Family<ModelErrorLabels, Counter>,
-    pub duration: HistogramFamily<ModelLabels>,
-    pub request_sizes: HistogramFamily<ModelLabels>,
-    pub response_sizes: HistogramFamily<ModelLabels>,
-    pub input_tokens: HistogramFamily<ModelLabels>,
-    pub output_tokens: HistogramFamily<ModelLabels>,
-    pub cached_tokens: HistogramFamily<ModelLabels>,
-    pub running: Family<ModelNameLabels, Gauge>,
-    pub ntpot: HistogramFamily<ModelLabels>,
-    pub ttft: HistogramFamily<ModelLabels>,
+    pub requests: CappedFamily<ModelPriorityLabels, Counter>,
+    pub errors: CappedFamily<ModelErrorLabels, Counter>,
+    pub duration: CappedHistograms<ModelLabels>,
+    pub request_sizes: CappedHistograms<ModelLabels>,
+    pub response_sizes: CappedHistograms<ModelLabels>,
+    pub input_tokens: CappedHistograms<ModelLabels>,
+    pub output_tokens: CappedHistograms<ModelLabels>,
+    pub cached_tokens: CappedHistograms<ModelLabels>,
+    pub running: CappedFamily<ModelNameLabels, Gauge>,
+    pub ntpot: CappedHistograms<ModelLabels>,
+    pub ttft: CappedHistograms<ModelLabels>,
 }
 
-/// The per-request families under their llm-d names (`llm_d_epp_request_*`).
+/// The per-request families under their llm-d names (`llm_d_epp_request_*`), capped likewise.
 #[derive(Debug)]
 pub(super) struct LlmdRequestFamilies {
-    pub requests: Family<FlowLabels, Counter>,
-    pub errors: Family<FlowErrorLabels, Counter>,
-    pub duration: HistogramFamily<FlowLabels>,
-    pub request_sizes: HistogramFamily<FlowLabels>,
-    pub response_sizes: HistogramFamily<FlowLabels>,
-    pub input_tokens: HistogramFamily<FlowLabels>,
-    pub output_tokens: HistogramFamily<FlowLabels>,
-    pub cached_tokens: HistogramFamily<FlowLabels>,
-    pub running: Family<FlowLabels, Gauge>,
-    pub ntpot: HistogramFamily<FlowLabels>,
-    pub ttft: HistogramFamily<FlowStreamingLabels>,
+    pub requests: CappedFamily<FlowLabels, Counter>,
+    pub errors: CappedFamily<FlowErrorLabels, Counter>,
+    pub duration: CappedHistograms<FlowLabels>,
+    pub request_sizes: CappedHistograms<FlowLabels>,
+    pub response_sizes: CappedHistograms<FlowLabels>,
+    pub input_tokens: CappedHistograms<FlowLabels>,
+    pub output_tokens: CappedHistograms<FlowLabels>,
+    pub cached_tokens: CappedHistograms<FlowLabels>,
+    pub running: CappedFamily<FlowLabels, Gauge>,
+    pub ntpot: CappedHistograms<FlowLabels>,
+    pub ttft: CappedHistograms<FlowStreamingLabels>,
 }
 
 /// The director's families.
@@ -63,41 +64,17 @@ pub struct RequestMetrics {
 }
 
 impl RequestMetrics {
-    /// Creates the families and registers them in `registry`.
+    /// Creates the families and registers them in `registry` (names and help texts: `metrics_names.rs`).
     pub fn register(registry: &MetricsRegistry) -> Arc<Self> {
         let m = Self {
             labels: registry.labels().clone(),
-            gie: GieRequestFamilies {
-                requests: Family::default(),
-                errors: Family::default(),
-                duration: GENERAL_LATENCY.family(),
-                request_sizes: REQUEST_BYTES.family(),
-                response_sizes: RESPONSE_BYTES.family(),
-                input_tokens: INPUT_TOKENS.family(),
-                output_tokens: OUTPUT_TOKENS.family(),
-                cached_tokens: INPUT_TOKENS.family(),
-                running: Family::default(),
-                ntpot: NTPOT.family(),
-                ttft: GENERAL_LATENCY.family(),
-            },
-            llmd: LlmdRequestFamilies {
-                requests: Family::default(),
-                errors: Family::default(),
-                duration: GENERAL_LATENCY.family(),
-                request_sizes: REQUEST_BYTES.family(),
-                response_sizes: RESPONSE_BYTES.family(),
-                input_tokens: INPUT_TOKENS.family(),
-                output_tokens: OUTPUT_TOKENS.family(),
-                cached_tokens: INPUT_TOKENS.family(),
-                running: Family::default(),
-                ntpot: NTPOT.family(),
-                ttft: LLMD_TTFT.family(),
-            },
+            gie: GieRequestFamilies::register(registry),
+            llmd: LlmdRequestFamilies::register(registry),
             gie_rewrites: Family::default(),
             llmd_rewrites: Family::default(),
             running_total: AtomicI64::new(0),
         };
-        m.register_in(registry);
+        m.register_rewrites(registry);
         Arc::new(m)
     }
 

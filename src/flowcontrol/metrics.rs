@@ -5,7 +5,9 @@
 //!
 //! A queued request's label values are interned once at enqueue ([`FlowQueueLabels`]) and reused for the
 //! increment and the matching decrement, so the gauges return exactly to their previous values whichever
-//! way the request leaves the queue (a label value can never fold into `other` between the two).
+//! way the request leaves the queue (a label value can never fold into `other` between the two). The
+//! families labelled with model names and fairness ids are capped (`metrics::CappedFamily`); they never
+//! remove series, so a label set that went to the overflow series at enqueue goes there at dequeue too.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -16,8 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::metrics::{
-    alpha, Buckets, FloatGauge, HistogramFamily, LabelValue, MetricsRegistry, RequestLabels, SharedLabels,
-    SCHEDULER,
+    alpha, request_derived, Buckets, CappedFamily, CappedHistograms, FloatGauge, LabelValue, MetricsRegistry,
+    RequestLabels, SharedLabels, SCHEDULER,
 };
 
 /// Queue-duration buckets, 100µs … 60s (GIE `flow_control_request_queue_duration_seconds`).
@@ -55,6 +57,12 @@ struct EnqueueLabels {
     fairness_id: LabelValue,
     priority: i32,
     outcome: &'static str,
+}
+
+request_derived! {
+    QueueLabels { fairness_id, model_name, target_model_name },
+    QueueDurationLabels { fairness_id, model_name, target_model_name },
+    EnqueueLabels { fairness_id },
 }
 
 /// `{outcome, priority, inference_pool}`: `llm_d_epp_flow_control_requests_total`.
@@ -106,17 +114,17 @@ impl FlowQueueLabels {
 #[derive(Debug)]
 pub struct FlowControlMetrics {
     labels: Arc<SharedLabels>,
-    gie_queue_size: Family<QueueLabels, Gauge>,
-    gie_queue_bytes: Family<QueueLabels, Gauge>,
+    gie_queue_size: CappedFamily<QueueLabels, Gauge>,
+    gie_queue_bytes: CappedFamily<QueueLabels, Gauge>,
     gie_pool_saturation: Family<InferencePoolLabels, FloatGauge>,
-    gie_queue_duration: HistogramFamily<QueueDurationLabels>,
-    gie_enqueue_duration: HistogramFamily<EnqueueLabels>,
+    gie_queue_duration: CappedHistograms<QueueDurationLabels>,
+    gie_enqueue_duration: CappedHistograms<EnqueueLabels>,
     gie_dispatch_cycle: Histogram,
-    llmd_queue_size: Family<QueueLabels, Gauge>,
-    llmd_queue_bytes: Family<QueueLabels, Gauge>,
+    llmd_queue_size: CappedFamily<QueueLabels, Gauge>,
+    llmd_queue_bytes: CappedFamily<QueueLabels, Gauge>,
     llmd_pool_saturation: Family<StageLabels, FloatGauge>,
-    llmd_queue_duration: HistogramFamily<QueueDurationLabels>,
-    llmd_enqueue_duration: HistogramFamily<EnqueueLabels>,
+    llmd_queue_duration: CappedHistograms<QueueDurationLabels>,
+    llmd_enqueue_duration: CappedHistograms<EnqueueLabels>,
     llmd_dispatch_cycle: Histogram,
     llmd_requests: Family<OutcomeLabels, Counter>,
     llmd_stale_endpoints: Family<DetectorLabels, Gauge>,
@@ -134,19 +142,35 @@ const QUEUE_BYTES_HELP: &str =
 impl FlowControlMetrics {
     /// Creates the families and registers them in `registry`.
     pub fn register(registry: &MetricsRegistry) -> Arc<Self> {
+        let r = registry;
+        let (gie, llmd) = ("inference_extension_flow_control", "llm_d_epp_flow_control");
+        let queue_size = |prefix: &str| -> CappedFamily<QueueLabels, Gauge> {
+            r.register_capped(&format!("{prefix}_queue_size"), alpha(QUEUE_SIZE_HELP), Gauge::default)
+        };
+        let queue_bytes = |prefix: &str| -> CappedFamily<QueueLabels, Gauge> {
+            r.register_capped(&format!("{prefix}_queue_bytes"), alpha(QUEUE_BYTES_HELP), Gauge::default)
+        };
+        let queue_duration = |prefix: &str| {
+            let name = format!("{prefix}_request_queue_duration_seconds");
+            r.register_capped(&name, alpha(QUEUE_DURATION_HELP), QUEUE_DURATION)
+        };
+        let enqueue_duration = |prefix: &str| {
+            let name = format!("{prefix}_request_enqueue_duration_seconds");
+            r.register_capped(&name, alpha(ENQUEUE_HELP), SCHEDULER)
+        };
         let m = Self {
-            labels: registry.labels().clone(),
-            gie_queue_size: Family::default(),
-            gie_queue_bytes: Family::default(),
+            labels: r.labels().clone(),
+            gie_queue_duration: queue_duration(gie),
+            gie_enqueue_duration: enqueue_duration(gie),
+            gie_queue_size: queue_size(gie),
+            gie_queue_bytes: queue_bytes(gie),
             gie_pool_saturation: Family::default(),
-            gie_queue_duration: QUEUE_DURATION.family(),
-            gie_enqueue_duration: SCHEDULER.family(),
             gie_dispatch_cycle: SCHEDULER.histogram(),
-            llmd_queue_size: Family::default(),
-            llmd_queue_bytes: Family::default(),
+            llmd_queue_duration: queue_duration(llmd),
+            llmd_enqueue_duration: enqueue_duration(llmd),
+            llmd_queue_size: queue_size(llmd),
+            llmd_queue_bytes: queue_bytes(llmd),
             llmd_pool_saturation: Family::default(),
-            llmd_queue_duration: QUEUE_DURATION.family(),
-            llmd_enqueue_duration: SCHEDULER.family(),
             llmd_dispatch_cycle: SCHEDULER.histogram(),
             llmd_requests: Family::default(),
             llmd_stale_endpoints: Family::default(),
@@ -158,29 +182,9 @@ impl FlowControlMetrics {
 
     fn register_gie(&self, r: &MetricsRegistry) {
         r.register(
-            "inference_extension_flow_control_request_queue_duration_seconds",
-            alpha(QUEUE_DURATION_HELP),
-            self.gie_queue_duration.clone(),
-        );
-        r.register(
             "inference_extension_flow_control_dispatch_cycle_duration_seconds",
             alpha(DISPATCH_CYCLE_HELP),
             self.gie_dispatch_cycle.clone(),
-        );
-        r.register(
-            "inference_extension_flow_control_request_enqueue_duration_seconds",
-            alpha(ENQUEUE_HELP),
-            self.gie_enqueue_duration.clone(),
-        );
-        r.register(
-            "inference_extension_flow_control_queue_size",
-            alpha(QUEUE_SIZE_HELP),
-            self.gie_queue_size.clone(),
-        );
-        r.register(
-            "inference_extension_flow_control_queue_bytes",
-            alpha(QUEUE_BYTES_HELP),
-            self.gie_queue_bytes.clone(),
         );
         r.register(
             "inference_extension_flow_control_pool_saturation",
@@ -191,25 +195,9 @@ impl FlowControlMetrics {
 
     fn register_llmd(&self, r: &MetricsRegistry) {
         r.register(
-            "llm_d_epp_flow_control_request_queue_duration_seconds",
-            alpha(QUEUE_DURATION_HELP),
-            self.llmd_queue_duration.clone(),
-        );
-        r.register(
             "llm_d_epp_flow_control_dispatch_cycle_duration_seconds",
             alpha(DISPATCH_CYCLE_HELP),
             self.llmd_dispatch_cycle.clone(),
-        );
-        r.register(
-            "llm_d_epp_flow_control_request_enqueue_duration_seconds",
-            alpha(ENQUEUE_HELP),
-            self.llmd_enqueue_duration.clone(),
-        );
-        r.register("llm_d_epp_flow_control_queue_size", alpha(QUEUE_SIZE_HELP), self.llmd_queue_size.clone());
-        r.register(
-            "llm_d_epp_flow_control_queue_bytes",
-            alpha(QUEUE_BYTES_HELP),
-            self.llmd_queue_bytes.clone(),
         );
         r.register(
             "llm_d_epp_flow_control_pool_saturation",

@@ -75,6 +75,7 @@ struct Admitted {
     values: HashSet<LabelValue>,
     /// Admitted values that count against the cap (pinned ones do not).
     counted: usize,
+    pinned: HashSet<LabelValue>,
 }
 
 impl BoundedLabels {
@@ -123,9 +124,14 @@ impl BoundedLabels {
             return;
         }
         let mut admitted = self.inner.write().unwrap_or_else(PoisonError::into_inner);
-        if !admitted.values.contains(raw) {
-            admitted.values.insert(LabelValue::new(raw));
-        }
+        let value = admitted.values.get(raw).cloned().unwrap_or_else(|| LabelValue::new(raw));
+        admitted.values.insert(value.clone());
+        admitted.pinned.insert(value);
+    }
+
+    /// Whether `raw` was pinned (a configured name).
+    pub fn is_pinned(&self, raw: &str) -> bool {
+        self.inner.read().unwrap_or_else(PoisonError::into_inner).pinned.contains(raw)
     }
 }
 
@@ -248,6 +254,12 @@ pub struct PluginLabels {
     pub plugin_name: LabelValue,
 }
 
+/// `{family}`: `epp_metrics_dropped_label_sets_total`, one series per capped family.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DroppedLabels {
+    pub family: LabelValue,
+}
+
 /// `{commit, build_ref}`: the info gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InfoLabels {
@@ -329,5 +341,6 @@ mod tests {
         assert_eq!(labels.get("").as_str(), "", "empty never counts");
         labels.pin("configured");
         assert_eq!(labels.get("configured").as_str(), "configured", "pinned values bypass the cap");
+        assert!(labels.is_pinned("configured") && !labels.is_pinned("a"));
     }
 }

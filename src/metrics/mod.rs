@@ -23,20 +23,33 @@
 //! - when an endpoint leaves the pool, all of its series go, scheduler-attempt counters included (Go keeps
 //!   those counters forever; with pod churn that is unbounded growth, and `rate()` copes with a series
 //!   ending);
-//! - request-derived label values are escaped (prometheus-client writes them verbatim).
+//! - request-derived label values are escaped (prometheus-client writes them verbatim);
+//! - every family with request-derived labels holds at most `--max-series-per-family` series, the rest
+//!   going to its overflow series and counted in `epp_metrics_dropped_label_sets_total{family}` (see
+//!   [`CappedFamily`]); that counter is epp's own, hence the `epp_` prefix rather than an upstream one.
 
 mod buckets;
+mod capped;
 mod endpoints;
 mod labels;
 
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::family::Family;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::TypedMetric;
 use prometheus_client::registry::{Metric, Registry};
 
 pub use buckets::*;
+pub(crate) use capped::request_derived;
+pub use capped::{
+    CappedFamily, CappedHistograms, RequestDerived, SeriesCost, DEFAULT_MAX_SERIES_PER_FAMILY,
+    OVERFLOW_SERIES_LABEL,
+};
 pub use endpoints::{EndpointSeries, PoolSummary, Pruner, Stats, TrackedEndpoint};
 pub use labels::*;
 
@@ -121,16 +134,29 @@ pub struct MetricsRegistry {
     registry: Mutex<Registry>,
     labels: Arc<SharedLabels>,
     endpoints: Arc<EndpointSeries>,
+    /// The series cap of every [`CappedFamily`] registered here.
+    max_series: NonZeroUsize,
+    /// `epp_metrics_dropped_label_sets_total{family}`.
+    dropped: Family<DroppedLabels, Counter>,
 }
 
 impl MetricsRegistry {
-    /// A registry for the pool `pool_name`, holding the info metrics (`inference_extension_info`,
-    /// `llm_d_epp_info`, with the build's commit).
+    /// A registry for the pool `pool_name` with the default series cap
+    /// ([`DEFAULT_MAX_SERIES_PER_FAMILY`]).
     pub fn new(pool_name: &str) -> Arc<Self> {
+        Self::with_max_series(pool_name, DEFAULT_MAX_SERIES_PER_FAMILY)
+    }
+
+    /// A registry for the pool `pool_name` whose capped families hold at most `max_series` series each,
+    /// holding the info metrics (`inference_extension_info`, `llm_d_epp_info`, with the build's commit)
+    /// and `epp_metrics_dropped_label_sets_total`.
+    pub fn with_max_series(pool_name: &str, max_series: NonZeroUsize) -> Arc<Self> {
         let registry = Arc::new(Self {
             registry: Mutex::new(Registry::default()),
             labels: Arc::new(SharedLabels::new(pool_name)),
             endpoints: Arc::new(EndpointSeries::default()),
+            max_series,
+            dropped: Family::default(),
         });
         let info = InfoLabels { commit: BUILD_COMMIT, build_ref: BUILD_REF };
         for name in ["inference_extension_info", "llm_d_epp_info"] {
@@ -138,12 +164,35 @@ impl MetricsRegistry {
             family.get_or_create(&info).set(1);
             registry.register(name, alpha(INFO_HELP), family);
         }
+        registry.register("epp_metrics_dropped_label_sets", DROPPED_HELP, registry.dropped.clone());
         registry
     }
 
     /// Registers one family (or metric) under `name`.
     pub fn register(&self, name: &str, help: impl Into<String>, metric: impl Metric) {
         self.registry.lock().unwrap_or_else(PoisonError::into_inner).register(name, help.into(), metric);
+    }
+
+    /// Creates a family of series built by `constructor` (`Counter::default`, `Gauge::default`, a
+    /// [`Buckets`] layout), capped at this registry's series cap, and registers it under `name`. Its
+    /// `epp_metrics_dropped_label_sets_total{family=name}` series starts at 0.
+    pub fn register_capped<L, M, C>(
+        &self,
+        name: &str,
+        help: impl Into<String>,
+        constructor: C,
+    ) -> CappedFamily<L, M, C>
+    where
+        L: RequestDerived + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+        M: EncodeMetric + TypedMetric + std::fmt::Debug + Send + Sync + 'static,
+        C: MetricConstructor<M> + SeriesCost + Clone + Send + Sync + 'static,
+    {
+        let dropped = self.dropped.get_or_create(&DroppedLabels { family: LabelValue::new(name) }).clone();
+        let labels = self.labels.clone();
+        let exempt = Arc::new(move |value: &str| labels.models.is_pinned(value));
+        let family = CappedFamily::new(constructor, self.max_series.get(), dropped, exempt);
+        self.register(name, help, family.family().clone());
+        family
     }
 
     pub fn labels(&self) -> &Arc<SharedLabels> {
@@ -175,3 +224,5 @@ impl MetricsRegistry {
 }
 
 const INFO_HELP: &str = "General information of the current build of Inference Extension";
+const DROPPED_HELP: &str = "Recordings whose new label set found its family holding --max-series-per-family \
+     series, recorded in the family's overflow series instead (request-derived labels read __overflow__)";

@@ -4,19 +4,20 @@
 //! `llm_d_epp_plugin_duration_seconds`).
 //!
 //! Attempt series carry the endpoint, so they go through the per-endpoint series index and are removed
-//! when the endpoint leaves the pool.
+//! when the endpoint leaves the pool (freeing their slots). Their target model can come from a client's
+//! rewrite header, so the attempt families are capped; an endpoint's overflow series (target
+//! `__overflow__`) is removed with its other series.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 
 use crate::datastore::Endpoint;
 use crate::metrics::{
-    alpha, EndpointSeries, GieAttemptLabels, HistogramFamily, LlmdAttemptLabels, MetricsRegistry,
-    PluginLabels, SharedLabels, TrackedEndpoint, SCHEDULER,
+    alpha, CappedFamily, EndpointSeries, GieAttemptLabels, HistogramFamily, LlmdAttemptLabels,
+    MetricsRegistry, PluginLabels, SharedLabels, TrackedEndpoint, SCHEDULER,
 };
 
 /// The note kind under which an endpoint remembers the target models of its attempt series.
@@ -32,8 +33,8 @@ pub struct SchedulerMetrics {
     endpoints: Arc<EndpointSeries>,
     gie_e2e: Histogram,
     llmd_e2e: Histogram,
-    gie_attempts: Family<GieAttemptLabels, Counter>,
-    llmd_attempts: Family<LlmdAttemptLabels, Counter>,
+    gie_attempts: CappedFamily<GieAttemptLabels, Counter>,
+    llmd_attempts: CappedFamily<LlmdAttemptLabels, Counter>,
     gie_plugin: HistogramFamily<PluginLabels>,
     llmd_plugin: HistogramFamily<PluginLabels>,
 }
@@ -52,42 +53,31 @@ impl SchedulerMetrics {
     /// Creates the families, registers them in `registry`, and prunes an endpoint's attempt series when
     /// it leaves.
     pub fn register(registry: &MetricsRegistry) -> Arc<Self> {
+        let r = registry;
+        let attempts = || alpha("Total number of scheduling attempts");
+        let e2e = || alpha("End-to-end scheduling latency distribution in seconds");
         let m = Self {
-            labels: registry.labels().clone(),
-            endpoints: registry.endpoints().clone(),
+            labels: r.labels().clone(),
+            endpoints: r.endpoints().clone(),
             gie_e2e: SCHEDULER.histogram(),
             llmd_e2e: SCHEDULER.histogram(),
-            gie_attempts: Family::default(),
-            llmd_attempts: Family::default(),
+            gie_attempts: r.register_capped(
+                "inference_extension_scheduler_attempts",
+                attempts(),
+                Counter::default,
+            ),
+            llmd_attempts: r.register_capped("llm_d_epp_scheduler_attempts", attempts(), Counter::default),
             gie_plugin: SCHEDULER.family(),
             llmd_plugin: SCHEDULER.family(),
         };
-        let r = registry;
-        r.register(
-            "inference_extension_scheduler_e2e_duration_seconds",
-            alpha("End-to-end scheduling latency distribution in seconds"),
-            m.gie_e2e.clone(),
-        );
-        r.register(
-            "inference_extension_scheduler_attempts",
-            alpha("Total number of scheduling attempts"),
-            m.gie_attempts.clone(),
-        );
+        r.register("inference_extension_scheduler_e2e_duration_seconds", e2e(), m.gie_e2e.clone());
         r.register("inference_extension_plugin_duration_seconds", alpha(PLUGIN_HELP), m.gie_plugin.clone());
-        r.register(
-            "llm_d_epp_scheduler_e2e_duration_seconds",
-            alpha("End-to-end scheduling latency distribution in seconds"),
-            m.llmd_e2e.clone(),
-        );
-        r.register(
-            "llm_d_epp_scheduler_attempts",
-            alpha("Total number of scheduling attempts"),
-            m.llmd_attempts.clone(),
-        );
+        r.register("llm_d_epp_scheduler_e2e_duration_seconds", e2e(), m.llmd_e2e.clone());
         r.register("llm_d_epp_plugin_duration_seconds", alpha(PLUGIN_HELP), m.llmd_plugin.clone());
         let (gie, llmd) = (m.gie_attempts.clone(), m.llmd_attempts.clone());
         m.endpoints.add_pruner(Box::new(move |tracked| {
-            for target in tracked.noted(TARGET) {
+            let overflow = gie.marker().clone();
+            for target in tracked.noted(TARGET).into_iter().chain([overflow]) {
                 let labels = attempt_labels(tracked, &target);
                 llmd.remove(&LlmdAttemptLabels::from(&labels));
                 gie.remove(&labels);
