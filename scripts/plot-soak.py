@@ -24,6 +24,7 @@ def main() -> None:
     rss = [int(r["rss_kib"]) / 1024 for r in rows]
     page = [int(r["metrics_bytes"]) / 1024 for r in rows]
     errors = [int(r["errors"]) for r in rows]
+    shed = [int(r.get("shed") or 0) for r in rows]
     requests = [int(r["requests"]) for r in rows]
 
     fig, (ax_rss, ax_err) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
@@ -37,6 +38,9 @@ def main() -> None:
     ax_rss.legend(loc="upper left")
     ax_page.legend(loc="upper right")
     ax_err.bar(minutes, errors, width=0.12, color="tab:red", label="errors per 10 s")
+    if any(shed):
+        ax_err.bar(minutes, shed, width=0.12, bottom=errors, color="tab:purple", label="shed by the load generator")
+    ax_err.legend(loc="upper left")
     ax_err.set_ylabel("errors / 10 s")
     ax_req = ax_err.twinx()
     ax_req.plot(minutes, requests, color="tab:gray", linewidth=0.8, label="requests per 10 s")
@@ -47,7 +51,7 @@ def main() -> None:
             if r["fault"]:
                 ax.axvspan(m - 10 / 60, m, color="orange", alpha=0.15, linewidth=0)
     ax_err.set_xlabel("minutes (orange: a fault is active)")
-    fig.suptitle("epp soak through Envoy: 80 % of measured maximum, a fault every 2 minutes")
+    fig.suptitle("epp soak through Envoy: open loop below the measured maximum, a fault every 2 minutes")
     fig.tight_layout()
     fig.savefig(target, dpi=110)
     print(f"plot-soak: wrote {target}")

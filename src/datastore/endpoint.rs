@@ -108,7 +108,8 @@ impl Endpoint {
     /// How old the telemetry is at `now`: since the last successful scrape, or since the endpoint joined
     /// when it has never been scraped.
     pub fn telemetry_age(&self, now: Instant) -> std::time::Duration {
-        let since = self.metrics().update_time.unwrap_or(self.joined_at);
+        // A guard, not `metrics()`: no reference count touched for each candidate of each request.
+        let since = self.telemetry.load().update_time.unwrap_or(self.joined_at);
         now.saturating_duration_since(since)
     }
 }

@@ -120,11 +120,12 @@ pub fn last_all_ok(samples: &[Sample], n: usize) -> bool {
 }
 
 /// An open-loop load: requests started at a fixed rate whatever the responses do, recording like
-/// [`ClosedLoop`]; at most `max_outstanding` at once (beyond that a start is counted as an error, as a
-/// client timing out would).
+/// [`ClosedLoop`]; at most `max_outstanding` at once (a start beyond that is not sent and counted in
+/// [`OpenLoop::shed`]: the load generator, not the system under test, ran out of room).
 pub struct OpenLoop {
     stop: Arc<AtomicBool>,
     samples: Arc<Mutex<Vec<Sample>>>,
+    shed: Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -137,6 +138,8 @@ impl OpenLoop {
             .build()
             .expect("build the load's HTTP client");
         let (stop_flag, recorded) = (stop.clone(), samples.clone());
+        let shed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let shed_count = shed.clone();
         let task = tokio::spawn(async move {
             let period = Duration::from_secs_f64(1.0 / rate_per_second.max(0.001));
             let mut tick = tokio::time::interval(period);
@@ -149,8 +152,7 @@ impl OpenLoop {
                 while running.try_join_next().is_some() {}
                 n += 1;
                 let Ok(permit) = outstanding.clone().try_acquire_owned() else {
-                    let sample = Sample { at: Instant::now(), status: 0, cut: false, backend: None };
-                    recorded.lock().unwrap_or_else(PoisonError::into_inner).push(sample);
+                    shed_count.fetch_add(1, Ordering::Relaxed);
                     continue;
                 };
                 let (client, url, recorded) = (client.clone(), url.clone(), recorded.clone());
@@ -163,7 +165,12 @@ impl OpenLoop {
             }
             while running.join_next().await.is_some() {}
         });
-        Self { stop, samples, task }
+        Self { stop, samples, shed, task }
+    }
+
+    /// Starts skipped because `max_outstanding` requests were already out.
+    pub fn shed(&self) -> u64 {
+        self.shed.load(Ordering::Relaxed)
     }
 
     pub fn snapshot(&self) -> Vec<Sample> {
@@ -172,7 +179,7 @@ impl OpenLoop {
 
     /// Stops starting requests, waits for the outstanding ones, and returns all samples.
     pub async fn stop(self) -> Vec<Sample> {
-        let Self { stop, samples, task } = self;
+        let Self { stop, samples, task, .. } = self;
         stop.store(true, Ordering::Relaxed);
         let _ = task.await;
         let all = samples.lock().unwrap_or_else(PoisonError::into_inner).clone();

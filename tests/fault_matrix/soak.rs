@@ -1,9 +1,10 @@
-//! The soak (`make soak`, not in CI): `SOAK_MINUTES` (default 30) of open-loop load at 80 % of the
-//! throughput measured first, through Envoy, with a fault injected every `SOAK_FAULT_EVERY_S` seconds
+//! The soak (`make soak`, not in CI): `SOAK_MINUTES` (default 30) of open-loop load at `SOAK_LOAD` (default
+//! 0.8) of the throughput measured first (closed loop, 32 clients, 10 s), through Envoy, with a fault injected every `SOAK_FAULT_EVERY_S` seconds
 //! (default 120), cycling through: a replica SIGKILLed and restarted, a hung `/metrics`, a replica failing
 //! every other request, a garbage `/metrics`, a client cancel burst, an Envoy restart. Each fault lasts
-//! 20 s. Every 10 s a row goes to `target/soak/soak.csv`: requests and errors in the window, epp's RSS,
-//! the size of its `/metrics` page, and the in-flight gauges; `scripts/plot-soak.py` draws it.
+//! 20 s. Every 10 s a row goes to `target/soak/soak.csv`: requests, errors (5xx, transport errors, cut
+//! bodies) and starts the load generator skipped (2,048 already outstanding) in the window, epp's RSS, the
+//! size of its `/metrics` page, and the in-flight gauges; `scripts/plot-soak.py` draws it.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -86,19 +87,21 @@ async fn soak() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     let measured = probe.stop().await;
     let max_rate = measured.len() as f64 / 10.0;
-    let rate = 0.8 * max_rate;
+    let fraction: f64 = std::env::var("SOAK_LOAD").ok().and_then(|v| v.parse().ok()).unwrap_or(0.8);
+    let rate = fraction * max_rate;
     eprintln!("SOAK maximum {max_rate:.0} req/s (closed loop, 32 clients); soaking at {rate:.0} req/s");
 
     let out_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/soak");
     std::fs::create_dir_all(&out_dir).expect("create target/soak");
     let mut csv = std::fs::File::create(out_dir.join("soak.csv")).expect("create soak.csv");
-    writeln!(csv, "seconds,requests,errors,rss_kib,metrics_bytes,in_flight,fault").expect("write soak.csv");
+    writeln!(csv, "seconds,requests,errors,shed,rss_kib,metrics_bytes,in_flight,fault")
+        .expect("write soak.csv");
 
     let load = OpenLoop::start(url, rate, 2048);
     let started = Instant::now();
     let (mut next_row, mut next_fault, mut fault_index) = (ROW_EVERY, fault_every, 0usize);
     let mut active: Option<(&str, Duration)> = None;
-    let mut last_row_at = started;
+    let (mut last_row_at, mut last_shed) = (started, 0);
     while started.elapsed() < duration {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let t = started.elapsed();
@@ -123,27 +126,32 @@ async fn soak() {
             let in_flight: f64 =
                 IN_FLIGHT_GAUGES.iter().map(|g| metric_sum(&text, g, &[]).unwrap_or(0.0)).sum();
             let fault = active.map_or("", |(f, _)| f);
+            let shed = load.shed();
             let row = format!(
-                "{:.0},{},{},{},{},{in_flight},{fault}",
+                "{:.0},{},{},{},{},{},{in_flight},{fault}",
                 t.as_secs_f64(),
                 window.len(),
                 errors(&window),
+                shed - last_shed,
                 rss_kib(fleet.stack.epp.child.pid()),
                 text.len()
             );
             eprintln!("SOAK {row}");
             writeln!(csv, "{row}").expect("write soak.csv");
+            last_shed = shed;
             next_row += ROW_EVERY;
         }
     }
     if let Some((fault, _)) = active {
         end_fault(&mut fleet, fault).await;
     }
+    let shed = load.shed();
     let samples = load.stop().await;
     fleet.assert_gauges_settle("soak").await;
     let text = fleet.metrics_text();
     eprintln!(
-        "SOAK done: {} requests, {} errors ({:.3} %), final RSS {} KiB, /metrics {} bytes, gauges 0",
+        "SOAK done: {} requests, {} errors ({:.3} %), {shed} starts shed by the load generator, final RSS {} \
+         KiB, /metrics {} bytes, gauges 0",
         samples.len(),
         errors(&samples),
         100.0 * errors(&samples) as f64 / samples.len().max(1) as f64,
