@@ -114,12 +114,13 @@ live-vs-lab: envoy
 	$(CARGO) build --release --workspace --bins
 	scripts/live-vs-lab.sh
 
-## soak: SOAK_MINUTES (30) at 80 % of the measured maximum through Envoy, a fault every 2 minutes; writes
+## soak: SOAK_MINUTES (30) at SOAK_LOAD (0.8) of the measured maximum through Envoy, a fault every 2 minutes; writes
 ## target/soak/soak.csv and the plot target/soak/soak.png (matplotlib into $(VENV)). Not part of `make test`.
 SOAK_MINUTES ?= 30
+SOAK_LOAD ?= 0.8
 soak: envoy
 	$(CARGO) build --release --workspace --bins
 	[ -x $(VENV)/bin/python -a -n "$$($(VENV)/bin/pip list 2>/dev/null | grep -i '^matplotlib ')" ] || \
 	  $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib==3.11.2
-	SOAK_MINUTES=$(SOAK_MINUTES) $(CARGO) test --release -p epp --test fault_matrix -- --ignored --nocapture soak
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_LOAD=$(SOAK_LOAD) $(CARGO) test --release -p epp --test fault_matrix -- --ignored --nocapture soak
 	$(VENV)/bin/python scripts/plot-soak.py target/soak/soak.csv target/soak/soak.png

@@ -2,8 +2,8 @@
 //! 0.8) of the throughput measured first (closed loop, 32 clients, 10 s), through Envoy, with a fault injected every `SOAK_FAULT_EVERY_S` seconds
 //! (default 120), cycling through: a replica SIGKILLed and restarted, a hung `/metrics`, a replica failing
 //! every other request, a garbage `/metrics`, a client cancel burst, an Envoy restart. Each fault lasts
-//! 20 s. Every 10 s a row goes to `target/soak/soak.csv`: requests, errors (5xx, transport errors, cut
-//! bodies) and starts the load generator skipped (2,048 already outstanding) in the window, epp's RSS, the
+//! 20 s. Every 10 s a row goes to `target/soak/soak.csv`: requests, errors (all, then 5xx, transport
+//! errors and timeouts, cut bodies) and starts the load generator skipped (2,048 already outstanding) in the window, epp's RSS, the
 //! size of its `/metrics` page, and the in-flight gauges; `scripts/plot-soak.py` draws it.
 
 use std::io::Write as _;
@@ -94,7 +94,7 @@ async fn soak() {
     let out_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/soak");
     std::fs::create_dir_all(&out_dir).expect("create target/soak");
     let mut csv = std::fs::File::create(out_dir.join("soak.csv")).expect("create soak.csv");
-    writeln!(csv, "seconds,requests,errors,shed,rss_kib,metrics_bytes,in_flight,fault")
+    writeln!(csv, "seconds,requests,errors,five_xx,transport,cut,shed,rss_kib,metrics_bytes,in_flight,fault")
         .expect("write soak.csv");
 
     let load = OpenLoop::start(url, rate, 2048);
@@ -127,8 +127,11 @@ async fn soak() {
                 IN_FLIGHT_GAUGES.iter().map(|g| metric_sum(&text, g, &[]).unwrap_or(0.0)).sum();
             let fault = active.map_or("", |(f, _)| f);
             let shed = load.shed();
+            let five_xx = window.iter().filter(|s| s.status >= 500).count();
+            let transport = window.iter().filter(|s| s.status == 0).count();
+            let cut = window.iter().filter(|s| s.status == 200 && s.cut).count();
             let row = format!(
-                "{:.0},{},{},{},{},{},{in_flight},{fault}",
+                "{:.0},{},{},{five_xx},{transport},{cut},{},{},{},{in_flight},{fault}",
                 t.as_secs_f64(),
                 window.len(),
                 errors(&window),
