@@ -14,7 +14,7 @@ KUBERNETES_VALIDATE_VERSION ?= 1.37.0
 HELM_STAMP := $(VENV)/.helm-check-$(HELM_SDK_VERSION)-$(KUBERNETES_VALIDATE_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy prometheus lint check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab soak
+.PHONY: all build release envoy prometheus lint check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab soak fuzz
 
 all: build
 
@@ -124,3 +124,11 @@ soak: envoy
 	  $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib==3.11.2
 	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_LOAD=$(SOAK_LOAD) $(CARGO) test --release -p epp --test fault_matrix -- --ignored --nocapture soak
 	$(VENV)/bin/python scripts/plot-soak.py target/soak/soak.csv target/soak/soak.png
+
+## fuzz: the fuzzing campaign (cargo-fuzz on the nightly toolchain, installed if missing): FUZZ_RUNS (10,000,000)
+## executions of each target in FUZZ_TARGETS (default all five: metrics_text openai_request sse_usage
+## config_loader extproc_stream), growing then minimising crates/fuzz/corpus/<target>; prints the figures.
+## Not part of `make test`, which replays every corpus input on stable (crates/fuzz/tests/replay.rs).
+FUZZ_RUNS ?= 10000000
+fuzz:
+	FUZZ_RUNS=$(FUZZ_RUNS) scripts/fuzz.sh

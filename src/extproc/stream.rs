@@ -14,6 +14,7 @@ use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request as Msg, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
+use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tonic::Status;
 
@@ -95,21 +96,27 @@ impl StreamHandler {
     }
 
     /// Runs until Envoy ends the stream. Whatever was dispatched is completed when this returns.
-    pub async fn run(mut self, mut inbound: tonic::Streaming<ProcessingRequest>) {
+    ///
+    /// `inbound` is tonic's `Streaming` in the server; any stream of decoded messages will do, which is how
+    /// the fuzzer (`crates/fuzz`) drives this handler with arbitrary message sequences without a socket.
+    pub async fn run<S>(mut self, mut inbound: S)
+    where
+        S: Stream<Item = Result<ProcessingRequest, Status>> + Unpin,
+    {
         loop {
             let msg = tokio::select! {
-                m = inbound.message() => m,
+                m = inbound.next() => m,
                 // Envoy gave up on the stream: stop reading.
                 _ = self.tx.closed() => break,
             };
             match msg {
-                Ok(Some(m)) => {
+                Some(Ok(m)) => {
                     if self.handle(m).await.is_err() {
                         break;
                     }
                 }
-                Ok(None) => break,
-                Err(status) => {
+                None => break,
+                Some(Err(status)) => {
                     // tonic reports a message it cannot decode as Internal ("failed to decode ..."); an Envoy
                     // reset (RST_STREAM) is Internal too, and is no violation.
                     if status.code() == tonic::Code::Internal && status.message().contains("decode") {

@@ -1,0 +1,29 @@
+//! Fuzz targets for every surface of epp that reads bytes it does not control: the `/metrics` pages of
+//! model servers, OpenAI request bodies, response bodies (SSE and JSON `usage`), configuration files, and
+//! Envoy's ext_proc message sequences.
+//!
+//! Each target is one function over `&[u8]` that must never panic and checks the invariants its surface
+//! promises (an `assert!` that fails is a finding, like a crash). The same functions run in two places:
+//! - libFuzzer, through the thin harness in `crates/fuzz/libfuzzer` (`make fuzz FUZZ_TARGET=…`, nightly);
+//! - `cargo test`, which replays every input of the checked-in corpora (`crates/fuzz/corpus/<target>/`)
+//!   plus the seeds of [`seeds`], so what a fuzzing campaign found stays covered on stable in `make test`.
+
+pub mod config_loader;
+pub mod extproc_stream;
+pub mod frames;
+pub mod metrics_text;
+pub mod openai_request;
+pub mod seeds;
+pub mod sse_usage;
+
+/// A fuzz target: never panics on any input.
+pub type Target = fn(&[u8]);
+
+/// Every target by the name its corpus directory and libFuzzer binary carry.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("metrics_text", metrics_text::run),
+    ("openai_request", openai_request::run),
+    ("sse_usage", sse_usage::run),
+    ("config_loader", config_loader::run),
+    ("extproc_stream", extproc_stream::run),
+];
