@@ -53,6 +53,8 @@ pub struct Server {
     grpc: JoinHandle<Result<(), tonic::transport::Error>>,
     health: Arc<tonic_health::server::HealthReporter>,
     grace: Duration,
+    /// How long NOT_SERVING is reported while streams are still accepted, before the drain.
+    delay: Duration,
 }
 
 impl std::fmt::Debug for Server {
@@ -303,13 +305,19 @@ impl Server {
             grpc,
             health,
             grace: cli.shutdown_grace_period,
+            delay: cli.shutdown_delay,
         })
     }
 
-    /// Marks readiness not serving, stops accepting, waits up to the grace period for in-flight streams,
-    /// then closes the health port.
+    /// Marks readiness not serving, keeps accepting for the shutdown delay (so health checkers see
+    /// NOT_SERVING before connections are refused), stops accepting, waits up to the grace period for
+    /// in-flight streams, then closes the health port.
     pub async fn shutdown(self) {
         health::set_shutting_down(&self.health).await;
+        if !self.delay.is_zero() {
+            tracing::info!(delay = ?self.delay, "not serving; still accepting streams for the shutdown delay");
+            tokio::time::sleep(self.delay).await;
+        }
         let _ = self.shutdown.send(true);
         let started = Instant::now();
         match tokio::time::timeout(self.grace, self.grpc).await {

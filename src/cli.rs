@@ -83,6 +83,11 @@ pub struct Cli {
     /// How long shutdown waits for in-flight streams.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub shutdown_grace_period: Duration,
+    /// At SIGTERM, how long readiness and the ext_proc health service report NOT_SERVING while new streams
+    /// are still accepted, before the listener closes and the drain starts: time for the gateway's health
+    /// checks to move traffic away (the shipped Envoy configs check every 1 s). 0 closes at once.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub shutdown_delay: Duration,
     /// Log filter (tracing EnvFilter syntax), e.g. "info" or "epp=debug".
     #[arg(long, env = "EPP_LOG", default_value = "info")]
     pub log_level: String,

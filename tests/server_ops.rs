@@ -159,3 +159,37 @@ async fn while_streams_drain_readiness_is_not_serving_and_liveness_is() {
         "health port closed"
     );
 }
+
+#[tokio::test]
+async fn during_the_shutdown_delay_readiness_is_not_serving_and_new_streams_are_still_served() {
+    let server = FakeModelServer::start(0, 0.0).await;
+    // Long enough that the new stream below lands inside it on any machine; the test does not wait it out.
+    let epp = start_epp(&[server.addr], &["--shutdown-delay=60s"]).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", epp.health_addr)).unwrap();
+    let mut health = HealthClient::new(channel.connect().await.unwrap());
+    let grpc_addr = epp.grpc_addr;
+    let _shutting_down = tokio::spawn(epp.shutdown());
+    let mut readiness = None;
+    for _ in 0..200 {
+        readiness = health
+            .check(HealthCheckRequest { service: "readiness".into() })
+            .await
+            .ok()
+            .map(|r| r.into_inner().status);
+        if readiness == Some(ServingStatus::NotServing as i32) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(readiness, Some(ServingStatus::NotServing as i32), "readiness during the delay");
+
+    // A gateway that has not yet seen NOT_SERVING still gets its new streams answered.
+    let mut client = ExternalProcessorClient::connect(format!("http://{grpc_addr}")).await.expect("connect");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut answers = client.process(ReceiverStream::new(rx)).await.expect("a stream").into_inner();
+    let headers = [(":method", "GET"), (":path", "/v1/models")];
+    tx.send(request_headers(&headers, true, None)).await.expect("send");
+    let answer = answers.message().await.expect("an answer").expect("not the end");
+    let routing = routing_of(&answer);
+    assert_eq!(routing.set.get("x-gateway-destination-endpoint"), Some(&server.addr.to_string()));
+}
