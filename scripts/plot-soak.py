@@ -37,7 +37,19 @@ def main() -> None:
     ax_page.set_ylim(bottom=0)
     ax_rss.legend(loc="upper left")
     ax_page.legend(loc="upper right")
-    ax_err.bar(minutes, errors, width=0.12, color="tab:red", label="errors per 10 s")
+    if rows and "five_xx" in rows[0]:
+        # The error kinds stacked: 5xx, transport errors and timeouts, bodies cut after the status.
+        bottom = [0] * len(rows)
+        for column, color, label in (
+            ("five_xx", "tab:red", "5xx per 10 s"),
+            ("transport", "tab:brown", "transport errors / timeouts"),
+            ("cut", "tab:pink", "cut bodies"),
+        ):
+            values = [int(r[column]) for r in rows]
+            ax_err.bar(minutes, values, width=0.12, bottom=bottom, color=color, label=label)
+            bottom = [b + v for b, v in zip(bottom, values)]
+    else:
+        ax_err.bar(minutes, errors, width=0.12, color="tab:red", label="errors per 10 s")
     if any(shed):
         ax_err.bar(minutes, shed, width=0.12, bottom=errors, color="tab:purple", label="shed by the load generator")
     ax_err.legend(loc="upper left")
