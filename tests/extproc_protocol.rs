@@ -208,3 +208,58 @@ async fn trailers_after_a_headers_only_routing_are_answered() {
     assert!(matches!(s.recv().await, Resp::RequestTrailers(_)));
     epp.shutdown().await;
 }
+
+fn vm_size_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn streams_claiming_64_mib_bodies_hold_only_the_bytes_they_send() {
+    use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response as R;
+    const STREAMS: usize = 200;
+    const SENT: &[u8] = b"{\"model\":";
+    let server = FakeModelServer::start(0, 0.0).await;
+    // The budget is exactly what the streams send: once it refuses one more byte, every chunk is held.
+    let budget = format!("--max-buffered-request-bytes={}", STREAMS * SENT.len());
+    let epp = start_epp(&[server.addr], &[&budget]).await;
+    let mut claimed = post();
+    claimed.push(("content-length", "67108864"));
+    let before = vm_size_kib();
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let s = Stream::open(&epp).await;
+        s.send(request_headers(&claimed, false, None)).await;
+        s.send(body(SENT, false)).await;
+        streams.push(s);
+    }
+    let mut full = false;
+    for _ in 0..200 {
+        let mut probe = Stream::open(&epp).await;
+        probe.send(request_headers(&post(), false, None)).await;
+        probe.send(body(b" ", false)).await;
+        let answer = tokio::time::timeout(std::time::Duration::from_millis(50), probe.rx.message()).await;
+        if let Ok(Ok(Some(r))) = answer {
+            if matches!(&r.response, Some(R::ImmediateResponse(i)) if i.status.as_ref().is_some_and(|s| s.code == 503))
+            {
+                full = true;
+                break;
+            }
+        }
+    }
+    assert!(full, "the budget never filled: the streams' chunks were not all held");
+    let grown_mib = vm_size_kib().saturating_sub(before) / 1024;
+    eprintln!(
+        "FIGURE {STREAMS} streams claiming 64 MiB bodies, {} bytes sent each: virtual memory grew {grown_mib} MiB",
+        SENT.len()
+    );
+    // Reserving each claim up front took 13.3 GB here; a few arenas and buffers are all that may grow.
+    assert!(grown_mib < 1024, "virtual memory grew {grown_mib} MiB");
+    drop(streams);
+    epp.shutdown().await;
+}
