@@ -18,6 +18,8 @@ use super::error::ModelError;
 pub const MAX_DEPTH: u32 = 12;
 /// Rows walked through a tree together.
 const BLOCK: usize = 8;
+/// Rows of at most this many features take the fast path (llm-d's feature sets have 9 to 13).
+const FAST_FEATURES: usize = 32;
 /// The bit of [`Split::feature`] that says where a missing value goes.
 const DEFAULT_LEFT: u32 = 1 << 31;
 
@@ -45,7 +47,9 @@ pub struct Forest {
     depth: u32,
     n_trees: usize,
     base_score: f32,
-    /// `n_trees × (2^depth − 1)` splits, tree after tree, each tree in breadth-first order.
+    /// `n_trees × 2^depth` splits, tree after tree, each tree in breadth-first order; the last slot of
+    /// each tree is unused, so a tree's splits and leaves are both power-of-two arrays the fast path
+    /// indexes with a mask instead of a bounds check.
     splits: Vec<Split>,
     /// `n_trees × 2^depth` leaf values.
     leaves: Vec<f32>,
@@ -59,18 +63,17 @@ impl Forest {
         for (t, tree) in trees.iter().enumerate() {
             depth = depth.max(tree_depth(t, tree, n_features)?);
         }
-        let n_splits = (1usize << depth) - 1;
         let n_leaves = 1usize << depth;
         let mut forest = Forest {
             n_features,
             depth,
             n_trees: trees.len(),
             base_score,
-            splits: vec![Split { threshold: 0.0, feature: 0 }; n_splits * trees.len()],
+            splits: vec![Split { threshold: 0.0, feature: 0 }; n_leaves * trees.len()],
             leaves: vec![0.0; n_leaves * trees.len()],
         };
         for (t, tree) in trees.iter().enumerate() {
-            let splits = &mut forest.splits[t * n_splits..(t + 1) * n_splits];
+            let splits = &mut forest.splits[t * n_leaves..(t + 1) * n_leaves - 1];
             let leaves = &mut forest.leaves[t * n_leaves..(t + 1) * n_leaves];
             place(tree, 0, 0, splits, leaves);
         }
@@ -126,25 +129,71 @@ impl Forest {
             out.fill(self.walk::<1, false>(&[])[0]);
             return;
         }
-        let mut row_chunks = rows.chunks_exact(BLOCK * nf);
-        let mut out_chunks = out.chunks_exact_mut(BLOCK);
-        for (block, out) in (&mut row_chunks).zip(&mut out_chunks) {
-            if block.iter().any(|x| x.is_nan()) {
+        for (block, out) in rows.chunks(BLOCK * nf).zip(out.chunks_mut(BLOCK)) {
+            if nf > FAST_FEATURES || block.iter().any(|x| x.is_nan()) {
                 for (row, out) in block.chunks_exact(nf).zip(out.iter_mut()) {
                     *out = self.walk::<1, true>(row)[0];
                 }
             } else {
-                out.copy_from_slice(&self.walk::<BLOCK, false>(block));
+                let predictions = self.walk_block(block);
+                out.copy_from_slice(&predictions[..out.len()]);
             }
         }
-        let rest = row_chunks.remainder();
-        for (row, out) in rest.chunks_exact(nf).zip(out_chunks.into_remainder().iter_mut()) {
-            *out = if row.iter().any(|x| x.is_nan()) {
-                self.walk::<1, true>(row)
-            } else {
-                self.walk::<1, false>(row)
-            }[0];
+    }
+
+    /// Up to [`BLOCK`] NaN-free rows of at most [`FAST_FEATURES`] features, transposed so that a
+    /// feature's values sit together, through the kernel for this forest's depth.
+    fn walk_block(&self, block: &[f32]) -> [f32; BLOCK] {
+        let mut xs = [[0.0f32; BLOCK]; FAST_FEATURES];
+        for (r, row) in block.chunks_exact(self.n_features).enumerate() {
+            for (column, &x) in xs.iter_mut().zip(row) {
+                column[r] = x;
+            }
         }
+        match self.depth {
+            0 => self.walk_fast::<1>(&xs),
+            1 => self.walk_fast::<2>(&xs),
+            2 => self.walk_fast::<4>(&xs),
+            3 => self.walk_fast::<8>(&xs),
+            4 => self.walk_fast::<16>(&xs),
+            5 => self.walk_fast::<32>(&xs),
+            6 => self.walk_fast::<64>(&xs),
+            7 => self.walk_fast::<128>(&xs),
+            8 => self.walk_fast::<256>(&xs),
+            _ => {
+                let mut out = [0.0; BLOCK];
+                for (row, out) in block.chunks_exact(self.n_features).zip(out.iter_mut()) {
+                    *out = self.walk::<1, false>(row)[0];
+                }
+                out
+            }
+        }
+    }
+
+    /// The fast kernel: `LEAVES = 2^depth` is a constant, so each tree is a pair of fixed-size arrays,
+    /// the loop over levels unrolls, and every index is masked into range (no bounds checks). The
+    /// feature mask also drops [`DEFAULT_LEFT`]: rows here have no NaN, so the default way is unused.
+    #[inline(always)]
+    fn walk_fast<const LEAVES: usize>(&self, xs: &[[f32; BLOCK]; FAST_FEATURES]) -> [f32; BLOCK] {
+        let depth = LEAVES.trailing_zeros();
+        let mut acc = [0.0f32; BLOCK];
+        let (splits, _) = self.splits.as_chunks::<LEAVES>();
+        let (leaves, _) = self.leaves.as_chunks::<LEAVES>();
+        for (splits, leaves) in splits.iter().zip(leaves) {
+            let mut node = [0usize; BLOCK];
+            for _ in 0..depth {
+                for r in 0..BLOCK {
+                    let split = splits[node[r] & (LEAVES - 1)];
+                    let x = xs[split.feature as usize & (FAST_FEATURES - 1)][r];
+                    // Equal to `!(x < threshold)` here: x is not NaN, nor is any threshold.
+                    node[r] = 2 * node[r] + 1 + usize::from(x >= split.threshold);
+                }
+            }
+            for r in 0..BLOCK {
+                acc[r] += leaves[node[r].wrapping_sub(LEAVES - 1) & (LEAVES - 1)];
+            }
+        }
+        acc.map(|sum| sum + self.base_score)
     }
 
     /// Walks `B` rows (`block` holds `B × n_features` values) through every tree. `MISSING` selects the
@@ -152,14 +201,12 @@ impl Forest {
     #[inline(always)]
     fn walk<const B: usize, const MISSING: bool>(&self, block: &[f32]) -> [f32; B] {
         let nf = self.n_features;
-        let n_splits = (1usize << self.depth) - 1;
-        let n_leaves = n_splits + 1;
+        let n_leaves = 1usize << self.depth;
+        let n_splits = n_leaves - 1;
         let mut acc = [0.0f32; B];
-        for (splits, leaves) in
-            self.splits.chunks_exact(n_splits.max(1)).zip(self.leaves.chunks_exact(n_leaves))
-        {
+        for (splits, leaves) in self.splits.chunks_exact(n_leaves).zip(self.leaves.chunks_exact(n_leaves)) {
             let mut node = [0usize; B];
-            if n_splits > 0 {
+            {
                 for _ in 0..self.depth {
                     for r in 0..B {
                         let split = splits[node[r]];
@@ -177,11 +224,6 @@ impl Forest {
             for r in 0..B {
                 acc[r] += leaves[node[r] - n_splits];
             }
-        }
-        if n_splits == 0 {
-            // Depth 0: `splits` is empty, so the zip above never ran; sum the single leaves.
-            let sum: f32 = self.leaves.iter().sum();
-            acc = [sum; B];
         }
         acc.map(|sum| sum + self.base_score)
     }
