@@ -351,6 +351,24 @@ mod tests {
     }
 
     #[test]
+    fn trees_deeper_than_the_fast_kernels_take_the_general_walk() {
+        // A chain of 10 splits on feature 0: x < 1 → leaf 1, else x < 2 → leaf 2, … else leaf 11.
+        let mut tree = Vec::new();
+        for k in 0..10u32 {
+            tree.push(split(0, (k + 1) as f32, false, 2 * k + 1, 2 * k + 2));
+            tree.push(Node::Leaf((k + 1) as f32));
+        }
+        tree.push(Node::Leaf(11.0));
+        let forest = Forest::from_trees(1, 0.0, &[tree]).unwrap();
+        assert_eq!(forest.depth(), 10);
+        let rows: Vec<f32> = (0..12).map(|i| i as f32 + 0.5).collect();
+        let mut out = vec![0.0; rows.len()];
+        forest.predict_batch(&rows, &mut out);
+        let expected: Vec<f32> = (0..12).map(|i| (i + 1).min(11) as f32).collect();
+        assert_eq!(out, expected);
+    }
+
+    #[test]
     fn single_leaf_forests_and_empty_batches() {
         let forest = Forest::from_trees(3, 1.0, &[vec![Node::Leaf(2.0)], vec![Node::Leaf(0.5)]]).unwrap();
         assert_eq!(forest.depth(), 0);
