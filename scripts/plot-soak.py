@@ -27,7 +27,15 @@ def main() -> None:
     shed = [int(r.get("shed") or 0) for r in rows]
     requests = [int(r["requests"]) for r in rows]
 
-    fig, (ax_rss, ax_err) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    has_load = "load1" in rows[0]
+    fig, axes = plt.subplots(3 if has_load else 2, 1, figsize=(10, 8 if has_load else 6), sharex=True)
+    ax_rss, ax_err = axes[0], axes[1]
+    if has_load:
+        # Other work on a shared machine shows here, beside the errors it may cause.
+        axes[2].plot(minutes, [float(r["load1"]) for r in rows], color="tab:olive", label="1-min load average")
+        axes[2].set_ylabel("load")
+        axes[2].set_ylim(bottom=0)
+        axes[2].legend(loc="upper left")
     ax_rss.plot(minutes, rss, color="tab:blue", label="epp RSS (MiB)")
     ax_rss.set_ylabel("RSS (MiB)")
     ax_rss.set_ylim(bottom=0)
@@ -58,11 +66,11 @@ def main() -> None:
     ax_req.plot(minutes, requests, color="tab:gray", linewidth=0.8, label="requests per 10 s")
     ax_req.set_ylabel("requests / 10 s")
     ax_req.set_ylim(bottom=0)
-    for ax in (ax_rss, ax_err):
+    for ax in axes:
         for r, m in zip(rows, minutes):
             if r["fault"]:
                 ax.axvspan(m - 10 / 60, m, color="orange", alpha=0.15, linewidth=0)
-    ax_err.set_xlabel("minutes (orange: a fault is active)")
+    axes[-1].set_xlabel("minutes (orange: a fault is active)")
     fig.suptitle("epp soak through Envoy: open loop below the measured maximum, a fault every 2 minutes")
     fig.tight_layout()
     fig.savefig(target, dpi=110)

@@ -4,7 +4,8 @@
 //! every other request, a garbage `/metrics`, a client cancel burst, an Envoy restart. Each fault lasts
 //! 20 s. Every 10 s a row goes to `target/soak/soak.csv`: requests, errors (all, then 5xx, transport
 //! errors and timeouts, cut bodies) and starts the load generator skipped (2,048 already outstanding) in the window, epp's RSS, the
-//! size of its `/metrics` page, and the in-flight gauges; `scripts/plot-soak.py` draws it.
+//! size of its `/metrics` page, the in-flight gauges, and the machine's load average (other work on a shared
+//! machine shows there); `scripts/plot-soak.py` draws it.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -23,6 +24,12 @@ const ROW_EVERY: Duration = Duration::from_secs(10);
 
 fn env_secs(name: &str, default: u64) -> Duration {
     Duration::from_secs(std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default))
+}
+
+/// The machine's 1-minute load average: other work on the machine shows up here, beside the errors.
+fn load_average() -> f64 {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0.0)
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -94,7 +101,7 @@ async fn soak() {
     let out_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/soak");
     std::fs::create_dir_all(&out_dir).expect("create target/soak");
     let mut csv = std::fs::File::create(out_dir.join("soak.csv")).expect("create soak.csv");
-    writeln!(csv, "seconds,requests,errors,five_xx,transport,cut,shed,rss_kib,metrics_bytes,in_flight,fault")
+    writeln!(csv, "seconds,requests,errors,five_xx,transport,cut,shed,rss_kib,metrics_bytes,in_flight,load1,fault")
         .expect("write soak.csv");
 
     let load = OpenLoop::start(url, rate, 2048);
@@ -131,13 +138,14 @@ async fn soak() {
             let transport = window.iter().filter(|s| s.status == 0).count();
             let cut = window.iter().filter(|s| s.status == 200 && s.cut).count();
             let row = format!(
-                "{:.0},{},{},{five_xx},{transport},{cut},{},{},{},{in_flight},{fault}",
+                "{:.0},{},{},{five_xx},{transport},{cut},{},{},{},{in_flight},{:.2},{fault}",
                 t.as_secs_f64(),
                 window.len(),
                 errors(&window),
                 shed - last_shed,
                 rss_kib(fleet.stack.epp.child.pid()),
-                text.len()
+                text.len(),
+                load_average()
             );
             eprintln!("SOAK {row}");
             writeln!(csv, "{row}").expect("write soak.csv");
