@@ -25,7 +25,7 @@ LAYERS = [
     ["error", "wire"],
     ["request", "datastore"],
     ["metrics"],
-    ["telemetry", "scheduling", "health"],
+    ["telemetry", "scheduling", "health", "discovery"],
     ["flowcontrol"],
     ["director"],
     ["extproc"],
