@@ -1,5 +1,6 @@
 //! Harness for the discovery tests: epp's discovery driven through the real kube-rs client against the
 //! fake API server (`epp_testkit::kube_api`), and polling for the endpoint set a step must produce.
+#![allow(dead_code)]
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
