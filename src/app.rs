@@ -171,7 +171,7 @@ impl Server {
                 None
             }
             Some(config) => {
-                tracing::info!(source = ?config.source, namespace = %config.namespace, "Kubernetes discovery");
+                tracing::info!(source = %config.source, namespace = %config.namespace, "Kubernetes discovery");
                 let hook = pipeline.clone();
                 let on_removed: RemovedHook = Arc::new(move |removed| hook.on_endpoints_removed(removed));
                 let metrics = DiscoveryMetrics::register(&metrics);

@@ -61,6 +61,24 @@ impl PoolSource {
     }
 }
 
+impl std::fmt::Display for PoolSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InferencePool { name, resource, .. } => {
+                write!(f, "InferencePool {} {name}", resource.api_version)
+            }
+            Self::Standalone(spec) => {
+                write!(
+                    f,
+                    "standalone selector {} target ports {:?}",
+                    spec.label_selector(),
+                    spec.target_ports
+                )
+            }
+        }
+    }
+}
+
 /// Everything discovery needs to run.
 #[derive(Debug, Clone)]
 pub struct DiscoveryConfig {

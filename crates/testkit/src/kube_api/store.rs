@@ -247,3 +247,92 @@ fn send(w: &Watcher, event: &Event) -> bool {
     };
     w.lines.send(line(kind, &event.new)).is_ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+    fn pod(name: &str, app: &str) -> Value {
+        json!({"metadata": {"name": name, "labels": {"app": app}}})
+    }
+
+    fn watcher(selector: &str) -> (Watcher, UnboundedReceiver<Bytes>) {
+        let (lines, rx) = unbounded_channel();
+        let selectors = Selectors::parse(Some(selector), None).unwrap();
+        (Watcher { resource: "pods".into(), namespace: "ns".into(), selectors, bookmarks: true, lines }, rx)
+    }
+
+    /// `(type, name)` of each line received so far.
+    fn events(rx: &mut UnboundedReceiver<Bytes>) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while let Ok(line) = rx.try_recv() {
+            let v: Value = serde_json::from_slice(&line).unwrap();
+            let name = v["object"]["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            out.push((v["type"].as_str().unwrap().to_string(), name));
+        }
+        out
+    }
+
+    fn pair(kind: &str, name: &str) -> (String, String) {
+        (kind.to_string(), name.to_string())
+    }
+
+    #[test]
+    fn a_selector_watch_sees_objects_enter_and_leave() {
+        let mut store = Store::default();
+        let (w, mut rx) = watcher("app=vllm");
+        store.watch(w, Some(0));
+        store.apply("pods", "ns", pod("a", "vllm"));
+        store.apply("pods", "ns", pod("a", "vllm"));
+        store.apply("pods", "ns", pod("a", "other"));
+        store.apply("pods", "ns", pod("a", "vllm"));
+        store.apply("pods", "other-ns", pod("b", "vllm"));
+        assert!(store.delete("pods", "ns", "a"));
+        let want = [
+            pair("ADDED", "a"),
+            pair("MODIFIED", "a"),
+            pair("DELETED", "a"),
+            pair("ADDED", "a"),
+            pair("DELETED", "a"),
+        ];
+        assert_eq!(events(&mut rx), want);
+    }
+
+    #[test]
+    fn resuming_replays_the_log_and_compaction_answers_410() {
+        let mut store = Store::default();
+        store.apply("pods", "ns", pod("a", "vllm"));
+        let rv = store.resource_version();
+        store.apply("pods", "ns", pod("b", "vllm"));
+        let (w, mut rx) = watcher("app=vllm");
+        store.watch(w, Some(rv));
+        assert_eq!(events(&mut rx), [pair("ADDED", "b")]);
+        store.compact();
+        let (w, mut rx) = watcher("app=vllm");
+        store.watch(w, Some(rv));
+        let line: Value = serde_json::from_slice(&rx.try_recv().unwrap()).unwrap();
+        assert_eq!((line["type"].as_str(), line["object"]["code"].as_u64()), (Some("ERROR"), Some(410)));
+    }
+
+    #[test]
+    fn dropped_events_change_objects_silently() {
+        let mut store = Store::default();
+        let (w, mut rx) = watcher("app=vllm");
+        store.watch(w, None);
+        store.apply("pods", "ns", pod("a", "vllm"));
+        store.drop_next_events(1);
+        assert!(store.delete("pods", "ns", "a"));
+        assert_eq!(events(&mut rx), [pair("ADDED", "a")]);
+        assert!(store.list("pods", "ns", &Selectors::default()).0.is_empty());
+    }
+
+    #[test]
+    fn selectors_parse_equality_and_names() {
+        let s = Selectors::parse(Some("app==vllm,tier=gpu"), Some("metadata.name=a")).unwrap();
+        assert!(s.matches(&json!({"metadata": {"name": "a", "labels": {"app": "vllm", "tier": "gpu"}}})));
+        assert!(!s.matches(&json!({"metadata": {"name": "b", "labels": {"app": "vllm", "tier": "gpu"}}})));
+        assert!(Selectors::parse(Some("app"), None).is_err());
+        assert!(Selectors::parse(None, Some("spec.nodeName=x")).is_err());
+    }
+}
