@@ -1,7 +1,7 @@
 //! Discovery against a fake API server that speaks the real list/watch protocol, through the real
 //! kube-rs client: after each step — pods appearing, turning ready and unready, being deleted (also with
 //! the Delete event lost), target ports changing, the pool deleted and recreated, watches compacted, the
-//! API server going away and coming back — the endpoint set is exactly right. Every check polls for the
+//! API server going away (refusing, or accepting and never answering) and coming back — the endpoint set is exactly right. Every check polls for the
 //! expected state under one generous deadline; nothing is timed.
 
 mod discovery_support;
@@ -142,6 +142,23 @@ async fn an_api_server_outage_keeps_the_last_pool_until_it_returns() {
     h.expect(&[("b-rank-0", "10.0.0.2:8000")]).await;
     eventually("reachable again", || h.metric("epp_discovery_api_reachable", &[]) == 1.0).await;
     assert!(h.metric("epp_discovery_syncs_total", &["reason=\"error\""]) >= 1.0);
+}
+
+#[tokio::test]
+async fn an_api_server_that_never_answers_does_not_stall_discovery() {
+    let api = api_with_pool(&[8000]).await;
+    api.apply(PODS, NS, pod("a", "10.0.0.1", &[APP], true));
+    let mut config = config(pool_source(), NO_RESYNC);
+    config.call_timeout = Duration::from_millis(300);
+    let h = Harness::start(api, config);
+    h.expect(&[("a-rank-0", "10.0.0.1:8000")]).await;
+    h.api.restart_unresponsive().await.expect("the fake comes back as a black hole");
+    // Calls hang: each is cut at the call timeout and counted, and the last pool keeps serving.
+    eventually("unanswered calls time out", || h.metric("epp_discovery_errors_total", &[]) >= 3.0).await;
+    assert_eq!(h.endpoints().len(), 1, "the last known pool keeps serving");
+    h.api.apply(PODS, NS, pod("b", "10.0.0.2", &[APP], true));
+    h.api.restart().await.expect("the fake answers again");
+    h.expect(&[("a-rank-0", "10.0.0.1:8000"), ("b-rank-0", "10.0.0.2:8000")]).await;
 }
 
 #[tokio::test]

@@ -32,6 +32,8 @@ pub enum DiscoveryError {
     Infer(#[from] InferConfigError),
     #[error("Kubernetes API: {0}")]
     Api(#[from] kube::Error),
+    #[error("no answer from the API server within {0:?}")]
+    Timeout(std::time::Duration),
     #[error("watch ended with an error status {code}: {message}")]
     WatchStatus { code: u16, message: String },
 }

@@ -92,13 +92,16 @@ pub struct DiscoveryConfig {
     pub resync_period: Duration,
     /// The server-side timeout of each watch call (the watch is then reopened from where it was).
     pub watch_timeout_secs: u32,
+    /// Longest wait for the answer to one list call or for a watch to open.
+    pub call_timeout: Duration,
     /// First retry delay after a failed call; doubles per consecutive failure up to `backoff_max`.
     pub backoff_min: Duration,
     pub backoff_max: Duration,
 }
 
 impl DiscoveryConfig {
-    /// The defaults for `source` in `namespace`: inferred client, 60 s resync, backoff 200 ms → 30 s.
+    /// The defaults for `source` in `namespace`: inferred client, 60 s resync, 30 s call timeout, backoff
+    /// 200 ms → 30 s.
     pub fn new(source: PoolSource, namespace: impl Into<String>) -> Self {
         Self {
             source,
@@ -107,6 +110,7 @@ impl DiscoveryConfig {
             metrics_target: MetricsTarget::default(),
             resync_period: DEFAULT_RESYNC_PERIOD,
             watch_timeout_secs: 290,
+            call_timeout: Duration::from_secs(30),
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(30),
         }

@@ -97,7 +97,9 @@ impl Runner {
             PoolSource::Standalone(spec) => (Some(spec.clone()), None),
             PoolSource::InferencePool { resource, name, .. } => {
                 let api = self.pool_api(client, resource);
-                let list = api.list(&ListParams::default().fields(&format!("metadata.name={name}"))).await?;
+                let list = self
+                    .bounded(api.list(&ListParams::default().fields(&format!("metadata.name={name}"))))
+                    .await?;
                 let object = list.items.iter().find(|o| o.metadata.name.as_deref() == Some(name.as_str()));
                 let spec = object.and_then(|o| self.read_pool(o));
                 if object.is_none() {
@@ -109,7 +111,9 @@ impl Runner {
         let pods_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
         let (pods, pods_rv) = match &pool {
             Some(spec) => {
-                let list = pods_api.list(&ListParams::default().labels(&spec.label_selector())).await?;
+                let list = self
+                    .bounded(pods_api.list(&ListParams::default().labels(&spec.label_selector())))
+                    .await?;
                 let pods: Vec<_> = list.items.iter().filter_map(PodInfo::from_pod).collect();
                 (pods, Some(list.metadata.resource_version.unwrap_or_default()))
             }
@@ -142,14 +146,14 @@ impl Runner {
                 (&self.config.source, &pool_rv, &pool_watch)
             {
                 let params = self.watch_params().fields(&format!("metadata.name={name}"));
-                let events = self.pool_api(client, resource).watch(&params, rv).await?.boxed();
+                let events = self.bounded(self.pool_api(client, resource).watch(&params, rv)).await?.boxed();
                 pool_watch = Some(OpenWatch { events, opened: Instant::now() });
             }
             if let (Some(spec), Some(rv), None) = (self.state.pool(), &pods_rv, &pod_watch) {
                 let params = self.watch_params().labels(&spec.label_selector());
                 let api: Api<Pod> = Api::namespaced(client.clone(), &self.config.namespace);
-                pod_watch =
-                    Some(OpenWatch { events: api.watch(&params, rv).await?.boxed(), opened: Instant::now() });
+                let events = self.bounded(api.watch(&params, rv)).await?.boxed();
+                pod_watch = Some(OpenWatch { events, opened: Instant::now() });
             }
             tokio::select! {
                 event = next_event(&mut pool_watch) => match event {
@@ -199,6 +203,19 @@ impl Runner {
         if open.take().is_some_and(|w| w.opened.elapsed() < QUICK_END) {
             tokio::time::sleep(self.config.backoff_min).await;
         }
+    }
+
+    /// One API call, bounded by the call timeout: a partitioned API server that accepts connections but
+    /// never answers must not stall discovery (a watch's own silence is bounded by the resync deadline).
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, DiscoveryError> {
+        let timeout = self.config.call_timeout;
+        tokio::time::timeout(timeout, call)
+            .await
+            .map_err(|_| DiscoveryError::Timeout(timeout))?
+            .map_err(Into::into)
     }
 
     fn publish(&mut self) {

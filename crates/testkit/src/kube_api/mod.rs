@@ -6,7 +6,8 @@
 //! collection's resourceVersion; `?watch=true` answers a chunked stream of JSON lines (ADDED, MODIFIED,
 //! DELETED, BOOKMARK, ERROR with 410 for a compacted resourceVersion) that ends at `timeoutSeconds`.
 //! Tests change the objects, lose events on purpose, compact the log, close the watches, and make the
-//! server go away (connections reset, port refused) and come back on the same port. [`objects`] builds
+//! server go away (connections reset, port refused, or accepted and never answered) and come back on
+//! the same port. [`objects`] builds
 //! pod and InferencePool objects.
 
 pub mod objects;
@@ -119,11 +120,42 @@ impl FakeKubeApi {
         self.store().close_watches();
     }
 
+    /// Stops, and waits until the port is released (an aborted task drops its listener only when the
+    /// runtime next runs it).
+    async fn stop_and_release(&self) {
+        let serving = lock(&self.serving).take();
+        self.store().close_watches();
+        if let Some(serving) = serving {
+            serving.accept.abort();
+            lock(&serving.connections).abort_all();
+            let _ = serving.accept.await;
+        }
+    }
+
     /// Comes back on the same port with the same objects.
     pub async fn restart(&self) -> std::io::Result<()> {
-        self.stop();
+        self.stop_and_release().await;
         let listener = TcpListener::bind(self.addr).await?;
         *lock(&self.serving) = Some(self.serve(listener));
+        Ok(())
+    }
+
+    /// Comes back on the same port as a black hole: connections are accepted and never answered, as
+    /// behind a network partition that drops packets instead of refusing them.
+    pub async fn restart_unresponsive(&self) -> std::io::Result<()> {
+        self.stop_and_release().await;
+        let listener = TcpListener::bind(self.addr).await?;
+        let connections: Arc<Mutex<JoinSet<()>>> = Arc::default();
+        let conns = connections.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                lock(&conns).spawn(async move {
+                    let _held = stream;
+                    std::future::pending::<()>().await
+                });
+            }
+        });
+        *lock(&self.serving) = Some(Serving { accept, connections });
         Ok(())
     }
 
