@@ -26,7 +26,7 @@ LAYERS = [
     ["request", "datastore"],
     ["metrics"],
     ["predictor"],
-    ["telemetry", "scheduling", "health"],
+    ["telemetry", "scheduling", "health", "discovery"],
     ["flowcontrol"],
     ["director"],
     ["extproc"],

@@ -19,6 +19,7 @@ use crate::config::{self, LoadedConfig};
 use crate::datastore::SubsetMatch;
 use crate::datastore::{Datastore, Endpoint};
 use crate::director::{Director, DirectorMetrics, DirectorOptions, RequestMetrics, RewriteRule};
+use crate::discovery::{Discovery, DiscoveryMetrics, MetricsTarget, RemovedHook};
 use crate::extproc::{health, tls, ExtProcService, OverheadMetrics, StreamLimits};
 use crate::flowcontrol::{
     Admission, FlowControlMetrics, FlowController, FlowControllerParts, ObservedEndpointsDetector,
@@ -52,6 +53,8 @@ pub struct Server {
     tasks: Vec<JoinHandle<()>>,
     grpc: JoinHandle<Result<(), tonic::transport::Error>>,
     health: Arc<tonic_health::server::HealthReporter>,
+    /// Sets readiness at discovery's first sync; stopped at shutdown so it cannot undo NOT_SERVING.
+    readiness: Option<JoinHandle<()>>,
     grace: Duration,
     /// How long NOT_SERVING is reported while streams are still accepted, before the drain.
     delay: Duration,
@@ -80,6 +83,14 @@ fn engine_set(loaded: &LoadedConfig) -> anyhow::Result<telemetry::EngineSet> {
     telemetry::EngineSet::from_params(&params).context("core-metrics-extractor parameters")
 }
 
+/// The data source's scrape scheme.
+fn metrics_scheme(loaded: &LoadedConfig) -> &'static str {
+    match loaded.data_source.scheme {
+        config::MetricsScheme::Http => "http",
+        config::MetricsScheme::Https => "https",
+    }
+}
+
 fn static_endpoints(cli: &Cli, loaded: &LoadedConfig) -> Vec<Endpoint> {
     let mut out: Vec<Endpoint> = Vec::new();
     for addr in &cli.endpoints {
@@ -93,14 +104,10 @@ fn static_endpoints(cli: &Cli, loaded: &LoadedConfig) -> Vec<Endpoint> {
             if e.name.is_empty() { crate::datastore::format_host_port(e.address) } else { e.name.clone() };
         out.push(Endpoint::new(name, e.address).with_labels(e.labels.clone()));
     }
-    let ds = &loaded.data_source;
+    let (scheme, path) = (metrics_scheme(loaded), &loaded.data_source.path);
     out.into_iter()
         .map(|e| {
-            let scheme = match ds.scheme {
-                config::MetricsScheme::Http => "http",
-                config::MetricsScheme::Https => "https",
-            };
-            let url = format!("{scheme}://{}{}", e.host_port, ds.path);
+            let url = format!("{scheme}://{}{path}", e.host_port);
             e.with_metrics_url(url)
         })
         .collect()
@@ -139,9 +146,10 @@ impl Server {
     /// [`start`](Self::start) with some parts replaced.
     pub async fn start_with(cli: Cli, hooks: ServerHooks) -> anyhow::Result<Self> {
         cli.validate().map_err(anyhow::Error::msg)?;
-        let datastore = Arc::new(Datastore::new(cli.pool_name.clone()));
+        let pool_name = cli.pool_label();
+        let datastore = Arc::new(Datastore::new(pool_name.clone()));
         // The composition root: each component registers its own families and gets only its handles.
-        let metrics = MetricsRegistry::with_max_series(&cli.pool_name, cli.max_series_per_family);
+        let metrics = MetricsRegistry::with_max_series(&pool_name, cli.max_series_per_family);
         let director_metrics = DirectorMetrics::register(&metrics);
         let ctx = FactoryContext { datastore: datastore.clone(), metrics: PluginMetrics::register(&metrics) };
         let registry = Registry::with_builtins();
@@ -150,9 +158,26 @@ impl Server {
         let pipeline = Arc::new(loaded.pipeline.clone());
         tracing::info!(pipeline = ?pipeline, "configuration loaded");
 
-        let endpoints = static_endpoints(&cli, &loaded);
-        let changes = datastore.set_endpoints(endpoints);
-        pipeline.on_endpoints_removed(&changes.removed);
+        let statics = static_endpoints(&cli, &loaded);
+        let target = MetricsTarget {
+            scheme: metrics_scheme(&loaded),
+            path: loaded.data_source.path.clone(),
+            port: cli.model_server_metrics_port.filter(|port| *port != 0),
+        };
+        let discovery = match cli.discovery_config(!statics.is_empty(), target)? {
+            None => {
+                let changes = datastore.set_endpoints(statics);
+                pipeline.on_endpoints_removed(&changes.removed);
+                None
+            }
+            Some(config) => {
+                tracing::info!(source = %config.source, namespace = %config.namespace, "Kubernetes discovery");
+                let hook = pipeline.clone();
+                let on_removed: RemovedHook = Arc::new(move |removed| hook.on_endpoints_removed(removed));
+                let metrics = DiscoveryMetrics::register(&metrics);
+                Some(Discovery::spawn(config, datastore.clone(), on_removed, metrics))
+            }
+        };
 
         let observer: Arc<dyn Observer> = {
             let m = director_metrics.scheduler.clone();
@@ -261,8 +286,11 @@ impl Server {
         let metrics_addr = metrics_listener.local_addr()?;
 
         let (reporter, health_service) = tonic_health::server::health_reporter();
-        health::set_ready(&reporter, true).await;
+        // With discovery, NOT_SERVING until the first successful sync: an empty pool is not a ready epp.
+        health::set_ready(&reporter, discovery.is_none()).await;
         let health = Arc::new(reporter);
+        let readiness = discovery.as_ref().map(|d| spawn_ready_on_sync(d.synced(), health.clone()));
+        tasks.extend(discovery.map(Discovery::into_task));
         let (health_stop, health_stop_rx) = watch::channel(false);
         let health_server = spawn_health_server(health_listener, health_service, health_stop_rx);
         tasks.push(spawn_metrics_server(metrics_listener, metrics.clone(), shutdown_rx.clone()));
@@ -304,6 +332,7 @@ impl Server {
             tasks,
             grpc,
             health,
+            readiness,
             grace: cli.shutdown_grace_period,
             delay: cli.shutdown_delay,
         })
@@ -313,6 +342,9 @@ impl Server {
     /// NOT_SERVING before connections are refused), stops accepting, waits up to the grace period for
     /// in-flight streams, then closes the health port.
     pub async fn shutdown(self) {
+        if let Some(readiness) = &self.readiness {
+            readiness.abort();
+        }
         health::set_shutting_down(&self.health).await;
         if !self.delay.is_zero() {
             tracing::info!(delay = ?self.delay, "not serving; still accepting streams for the shutdown delay");
@@ -339,6 +371,18 @@ impl Server {
             abort.abort();
         }
     }
+}
+
+/// Reports ready once discovery has synced.
+fn spawn_ready_on_sync(
+    mut synced: watch::Receiver<bool>,
+    health: Arc<tonic_health::server::HealthReporter>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if synced.wait_for(|synced| *synced).await.is_ok() {
+            health::set_ready(&health, true).await;
+        }
+    })
 }
 
 fn spawn_pool_gauges(

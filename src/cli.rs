@@ -8,7 +8,25 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 
+use crate::discovery::{ClientSource, DiscoveryConfig, MetricsTarget, PoolSource, PoolSpec, SpecError};
 use crate::metrics::DEFAULT_MAX_SERIES_PER_FAMILY;
+
+/// Discovery flags that cannot be honoured.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryFlagError {
+    #[error(
+        "--endpoint-selector (standalone discovery) and static endpoints (--endpoints or the config's \
+         `endpoints:`) are mutually exclusive"
+    )]
+    StandaloneWithStatic,
+    #[error("--endpoint-selector / --endpoint-target-ports: {0}")]
+    Standalone(#[source] SpecError),
+    #[error("--pool-group: {0}")]
+    PoolGroup(#[source] SpecError),
+}
+
+/// The pool's name in metrics when nothing names it.
+pub const DEFAULT_POOL_NAME: &str = "default-pool";
 
 /// Endpoint Picker for LLM inference gateways (Envoy ext_proc).
 #[derive(Debug, Clone, Parser)]
@@ -41,12 +59,40 @@ pub struct Cli {
     /// Telemetry older than this does not count towards the pool gauges.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub metrics_staleness_threshold: Duration,
-    /// Name of the InferencePool this EPP serves (a label on pool metrics).
-    #[arg(long, default_value = "default-pool")]
-    pub pool_name: String,
+    /// Name of the InferencePool this EPP serves. Without static endpoints (--endpoints or the config's
+    /// `endpoints:`) epp watches this pool and its pods in Kubernetes; with them it only names the pool in
+    /// metrics. Default label: "default-pool".
+    #[arg(long)]
+    pub pool_name: Option<String>,
     /// Namespace of the pool (defaults to $NAMESPACE, else "default").
     #[arg(long, env = "NAMESPACE", default_value = "default")]
     pub pool_namespace: String,
+    /// API group of the InferencePool: `inference.networking.k8s.io` (v1) or the older
+    /// `inference.networking.x-k8s.io` (v1alpha2).
+    #[arg(long, default_value = crate::discovery::GROUP_V1)]
+    pub pool_group: String,
+    /// Standalone mode (no InferencePool object): model-server pods are those with these labels,
+    /// `k=v,k2=v2`. Needs --endpoint-target-ports; excludes --pool-name and static endpoints.
+    #[arg(long, conflicts_with = "pool_name", requires = "endpoint_target_ports")]
+    pub endpoint_selector: Option<String>,
+    /// Standalone mode: the model servers' ports, `8000,8001` (1 to 8); each is one endpoint per pod.
+    #[arg(long, requires = "endpoint_selector")]
+    pub endpoint_target_ports: Option<String>,
+    /// kubeconfig file for discovery (otherwise $KUBECONFIG, ~/.kube/config, or the in-cluster
+    /// service account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Scrape model-server /metrics on this port instead of the target port (pools with exactly one
+    /// target port; 0 = unset).
+    #[arg(long)]
+    pub model_server_metrics_port: Option<u16>,
+    /// Period of discovery's full relist of the pool and its pods (a lost watch event is repaired by the
+    /// next one).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub discovery_resync_period: Duration,
+    /// This pod's name ($POD_NAME): standalone mode derives the pool name from it, as upstream does.
+    #[arg(long, env = "POD_NAME", hide = true)]
+    pub pod_name: Option<String>,
     /// Static endpoints, `ip:port,ip:port` (also possible in the config file).
     #[arg(long, value_delimiter = ',')]
     pub endpoints: Vec<SocketAddr>,
@@ -129,7 +175,53 @@ impl Cli {
         if self.max_buffered_request_bytes == 0 {
             return Err("--max-buffered-request-bytes must be > 0".into());
         }
+        if self.discovery_resync_period.is_zero() {
+            return Err("--discovery-resync-period must be > 0".into());
+        }
         Ok(())
+    }
+
+    /// The Kubernetes discovery the flags ask for, `None` for static endpoints. The mode rule:
+    /// `--endpoint-selector` is standalone discovery (static endpoints are then an error); `--pool-name`
+    /// without static endpoints (`has_static_endpoints`: --endpoints or the config's `endpoints:`) is
+    /// InferencePool discovery; anything else is static, and an explicit `--pool-name` then only names the
+    /// pool in metrics, as it did before discovery existed.
+    pub fn discovery_config(
+        &self,
+        has_static_endpoints: bool,
+        metrics_target: MetricsTarget,
+    ) -> Result<Option<DiscoveryConfig>, DiscoveryFlagError> {
+        let source = match (&self.endpoint_selector, &self.endpoint_target_ports, &self.pool_name) {
+            (Some(_), _, _) if has_static_endpoints => return Err(DiscoveryFlagError::StandaloneWithStatic),
+            (Some(selector), Some(ports), _) => PoolSource::Standalone(
+                PoolSpec::standalone(selector, ports).map_err(DiscoveryFlagError::Standalone)?,
+            ),
+            (None, _, Some(name)) if !has_static_endpoints => {
+                PoolSource::inference_pool(&self.pool_group, name).map_err(DiscoveryFlagError::PoolGroup)?
+            }
+            _ => return Ok(None),
+        };
+        let mut config = DiscoveryConfig::new(source, self.pool_namespace.clone());
+        config.client = match &self.kubeconfig {
+            Some(path) => ClientSource::Kubeconfig(path.clone()),
+            None => ClientSource::Infer,
+        };
+        config.metrics_target = metrics_target;
+        config.resync_period = self.discovery_resync_period;
+        Ok(Some(config))
+    }
+
+    /// The pool's name (the `name` label of the pool metrics): `--pool-name`; in standalone mode the
+    /// name derived from $POD_NAME (`kubernetes-sigs/gateway-api-inference-extension:cmd/epp/runner/runner.go`);
+    /// else "default-pool".
+    pub fn pool_label(&self) -> String {
+        if let Some(name) = &self.pool_name {
+            return name.clone();
+        }
+        let derived = self.endpoint_selector.as_ref().and(self.pod_name.as_deref());
+        derived
+            .and_then(crate::discovery::standalone_pool_name)
+            .unwrap_or_else(|| DEFAULT_POOL_NAME.to_string())
     }
 }
 
@@ -160,6 +252,62 @@ mod tests {
         assert_eq!(c.max_series_per_family.get(), 50);
         let zero = Cli::try_parse_from(["epp", "--max-series-per-family=0"]).unwrap_err().to_string();
         assert!(zero.contains("--max-series-per-family"), "{zero}");
+    }
+
+    #[test]
+    fn discovery_flags() {
+        let c = Cli::parse_from(["epp"]);
+        assert_eq!((c.pool_name.as_deref(), c.pool_label().as_str()), (None, DEFAULT_POOL_NAME));
+        assert_eq!(c.pool_group, crate::discovery::GROUP_V1);
+        let c =
+            Cli::parse_from(["epp", "--pool-name", "llama", "--pool-group", "inference.networking.x-k8s.io"]);
+        assert_eq!(c.pool_label(), "llama");
+        let c = Cli::parse_from([
+            "epp",
+            "--endpoint-selector",
+            "app=vllm",
+            "--endpoint-target-ports",
+            "8000",
+            "--pod-name",
+            "vllm-epp-5d8f7c9b4-abcde",
+        ]);
+        assert_eq!(c.pool_label(), "vllm-epp");
+        let both = Cli::try_parse_from([
+            "epp",
+            "--pool-name=a",
+            "--endpoint-selector=a=b",
+            "--endpoint-target-ports=1",
+        ]);
+        assert!(both.unwrap_err().to_string().contains("--endpoint-selector"));
+        let alone = Cli::try_parse_from(["epp", "--endpoint-selector=a=b"]).unwrap_err().to_string();
+        assert!(alone.contains("--endpoint-target-ports"), "{alone}");
+    }
+
+    #[test]
+    fn discovery_mode_rule() {
+        let mode = |args: &[&str], has_static: bool| {
+            let cli = Cli::parse_from([&["epp"], args].concat());
+            cli.discovery_config(has_static, MetricsTarget::default()).map(|c| c.map(|c| c.source))
+        };
+        assert!(mode(&[], false).unwrap().is_none(), "no pool flags: static");
+        assert!(
+            mode(&["--pool-name=p"], true).unwrap().is_none(),
+            "static endpoints: --pool-name is a label"
+        );
+        let pool = mode(&["--pool-name=p", "--pool-group=inference.networking.x-k8s.io"], false).unwrap();
+        assert!(matches!(pool, Some(PoolSource::InferencePool { name, resource, .. })
+            if name == "p" && resource.api_version == "inference.networking.x-k8s.io/v1alpha2"));
+        let standalone = ["--endpoint-selector=app=vllm", "--endpoint-target-ports=8000,8001"];
+        assert!(
+            matches!(mode(&standalone, false).unwrap(), Some(PoolSource::Standalone(s)) if s.target_ports.len() == 2)
+        );
+        assert!(matches!(mode(&standalone, true), Err(DiscoveryFlagError::StandaloneWithStatic)));
+        assert!(matches!(
+            mode(&["--pool-name=p", "--pool-group=example.com"], false),
+            Err(DiscoveryFlagError::PoolGroup(_))
+        ));
+        let bad = ["--endpoint-selector=app", "--endpoint-target-ports=8000"];
+        assert!(matches!(mode(&bad, false), Err(DiscoveryFlagError::Standalone(_))));
     }
 
     #[test]

@@ -90,6 +90,17 @@ impl Endpoint {
         self
     }
 
+    /// True when `other` is this endpoint as far as the pool is concerned: same address, name, namespace,
+    /// labels and `/metrics` URL. Anything else makes it a new endpoint (fresh telemetry, fresh breaker),
+    /// so a changed scrape URL (discovery's metrics port) or relabelled pod is picked up.
+    pub fn same_identity(&self, other: &Endpoint) -> bool {
+        self.addr == other.addr
+            && self.name == other.name
+            && self.namespace == other.namespace
+            && self.labels == other.labels
+            && self.metrics_url == other.metrics_url
+    }
+
     /// The latest telemetry; lock-free.
     pub fn metrics(&self) -> Arc<EndpointMetrics> {
         self.telemetry.load_full()

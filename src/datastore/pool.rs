@@ -48,9 +48,7 @@ impl Datastore {
         let mut changes = EndpointChanges::default();
         for ep in wanted {
             match by_addr.get(&ep.addr) {
-                Some(existing) if existing.name == ep.name && existing.labels == ep.labels => {
-                    next.push(existing.clone())
-                }
+                Some(existing) if existing.same_identity(&ep) => next.push(existing.clone()),
                 _ => {
                     let ep = Arc::new(ep);
                     changes.added.push(ep.clone());

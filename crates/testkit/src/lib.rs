@@ -12,13 +12,15 @@
 //! --bins` (`make test` does). Layout: this file (processes, ports, epp-test-backend, epp), [`envoy`] (binary
 //! lookup, templates, start), [`http`] (async client and backend admin/debug helpers), [`epp_metrics`] (epp's
 //! /metrics, waiting for scrapes), [`stack`] (backends + epp + Envoy in one call), [`held_backend`] (model
-//! servers that hold requests until the test releases them), [`prometheus`] (a real Prometheus scraping the
+//! servers that hold requests until the test releases them), [`kube_api`] (a fake Kubernetes API server
+//! speaking list/watch, for discovery tests), [`prometheus`] (a real Prometheus scraping the
 //! stack, queried with PromQL).
 
 pub mod envoy;
 pub mod epp_metrics;
 pub mod held_backend;
 pub mod http;
+pub mod kube_api;
 pub mod prometheus;
 pub mod stack;
 
