@@ -18,7 +18,9 @@ mod forest;
 pub mod train;
 pub mod window;
 mod xgboost;
+mod xgboost_save;
 
 pub use error::ModelError;
 pub use forest::{Forest, Node, MAX_DEPTH};
 pub use xgboost::{load_xgboost_json, XgbModel, XgbObjective};
+pub use xgboost_save::save_xgboost_json;
