@@ -15,6 +15,7 @@
 mod error;
 pub mod features;
 mod forest;
+pub mod online;
 pub mod train;
 pub mod window;
 mod xgboost;
