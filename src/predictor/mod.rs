@@ -9,8 +9,9 @@
 //! TTFT/TPOT feature rows (plus the accelerator class); [`window`] is the stratified sample window a
 //! retrain reads.
 //!
-//! The core is pure and synchronous: no locks, no I/O on the prediction path, no clock. It imports
-//! nothing from the rest of epp; wiring it into scheduling is later work.
+//! The core is pure and synchronous: no locks, no I/O on the prediction path, no clock. [`online`] runs
+//! it as a service (a training thread, atomic model swaps, model files, metrics) and is the only part that
+//! imports from the rest of epp (`crate::metrics`); wiring it into scheduling is later work.
 
 mod error;
 pub mod features;
