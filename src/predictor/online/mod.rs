@@ -43,7 +43,8 @@ use worker::{Message, Worker};
 /// How the service trains, stores and starts.
 #[derive(Debug, Clone)]
 pub struct OnlineConfig {
-    /// How often the thread retrains (llm-d chart: 10 s; `LATENCY_RETRAINING_INTERVAL_SEC`).
+    /// How often the thread retrains (llm-d chart: 10 s; `LATENCY_RETRAINING_INTERVAL_SEC`), at least every
+    /// 10 ms. An interval in which no sample arrived retrains nothing.
     pub retrain_interval: Duration,
     /// Training samples a target needs before its first model (chart: 100).
     pub min_samples: usize,

@@ -266,3 +266,25 @@ fn the_thread_retrains_on_request_and_saves_when_shut_down() {
     assert!(!intake.record(completion(&mut Rng(9))), "a stopped service takes nothing");
     assert_eq!(intake.dropped(), 1);
 }
+
+#[test]
+fn the_thread_retrains_and_saves_on_its_own_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = OnlineConfig {
+        retrain_interval: Duration::ZERO,
+        save_interval: Duration::ZERO,
+        model_dir: Some(dir.path().to_path_buf()),
+        ..config()
+    };
+    let service = OnlinePredictor::start(&config, &MetricsRegistry::new("pool")).unwrap();
+    feed(&service.intake(), &mut Rng(10), 300);
+    // A liveness bound, not a speed assertion: the interval (clamped to 10 ms) passes many times over.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !(service.predictor().generation() >= 1 && dir.path().join("ttft.json").is_file()) {
+        assert!(Instant::now() < deadline, "no retrain and save on the interval");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let generation = service.predictor().generation();
+    service.shutdown().unwrap();
+    assert!(generation >= 1);
+}

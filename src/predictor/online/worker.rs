@@ -21,6 +21,8 @@ use super::trainer::{Completion, Trainer};
 
 /// The longest the worker sleeps before looking at its stop flag.
 const POLL: Duration = Duration::from_millis(200);
+/// The shortest retrain interval: a zero interval would spin the thread while no sample comes.
+const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
 pub(super) enum Message {
     Completion(Completion),
@@ -86,7 +88,8 @@ impl Worker {
     /// The thread's loop: take samples as they come, retrain every interval, save every save interval,
     /// and save once more when stopped.
     pub fn run(mut self, stop: &AtomicBool) -> Result<(), PersistError> {
-        let mut next = Instant::now() + self.retrain_interval;
+        let interval = self.retrain_interval.max(MIN_INTERVAL);
+        let mut next = Instant::now() + interval;
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             if now >= next {
@@ -96,7 +99,7 @@ impl Worker {
                 if self.last_save.elapsed() >= self.save_interval {
                     self.save_logged();
                 }
-                next = Instant::now() + self.retrain_interval;
+                next = Instant::now() + interval;
                 continue;
             }
             let go_on = match self.receiver.recv_timeout((next - now).min(POLL)) {
