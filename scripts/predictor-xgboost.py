@@ -19,6 +19,10 @@ Usage:
   predictor-xgboost.py compare OUT_DIR [--rows N] [--objective squarederror|quantile]
       writes train.csv and test.csv (features then the target; 10% held out), trains xgboost on one
       thread and writes xgboost.json: {"mape", "train_seconds", "rows", "test_rows", "objective"}
+  predictor-xgboost.py predict OUT_DIR
+      loads OUT_DIR/model.json (a model epp wrote) with Booster.load_model, predicts OUT_DIR/rows.csv into
+      model.pred, writes model.info ({"objective", "quantile_alpha", "feature_names", "num_features"}) and
+      saves the model again as resaved.json (xgboost's own writing of epp's model)
 """
 import argparse
 import json
@@ -100,9 +104,23 @@ def compare(out: Path, rows: int, objective: str) -> None:
     print(json.dumps(result))
 
 
+def predict(out: Path) -> None:
+    booster = xgb.Booster()
+    booster.load_model(str(out / "model.json"))
+    x = np.loadtxt(out / "rows.csv", delimiter=",", dtype=np.float32, ndmin=2)
+    pred = booster.predict(xgb.DMatrix(x, feature_names=booster.feature_names))
+    np.savetxt(out / "model.pred", pred.astype(np.float32), fmt="%.9g")
+    config = json.loads(booster.save_config())["learner"]["objective"]
+    alpha = config.get("quantile_loss_param", {}).get("quantile_alpha")
+    info = {"objective": config["name"], "quantile_alpha": alpha, "feature_names": booster.feature_names,
+            "num_features": booster.num_features()}
+    (out / "model.info").write_text(json.dumps(info))
+    booster.save_model(str(out / "resaved.json"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["equivalence", "compare"])
+    parser.add_argument("command", choices=["equivalence", "compare", "predict"])
     parser.add_argument("out", type=Path)
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--objective", choices=["squarederror", "quantile"], default="squarederror")
@@ -110,6 +128,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.command == "equivalence":
         equivalence(args.out, args.rows)
+    elif args.command == "predict":
+        predict(args.out)
     else:
         compare(args.out, args.rows, args.objective)
 

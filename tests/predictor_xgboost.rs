@@ -3,6 +3,9 @@
 //!
 //! - equivalence: models xgboost trained and saved as JSON predict here what xgboost predicts, within
 //!   1e-4 relative on every row (missing values included), for squared error and quantile (α = 0.9);
+//! - the other way: models epp trained and wrote with `save_xgboost_json` load in xgboost
+//!   (`Booster.load_model`) with their objective and feature names, predict there what they predict here,
+//!   and xgboost's re-save of them loads back in epp unchanged;
 //! - side by side: epp's trainer and xgboost, same rows and llm-d's parameters, MAPE on the same
 //!   held-out rows. `PREDICTOR_COMPARE_ROWS` sets the size (`make bench` runs 200,000 in release).
 //!
@@ -13,7 +16,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use epp::predictor::train::{train, Objective, Params};
-use epp::predictor::{load_xgboost_json, XgbObjective};
+use epp::predictor::{load_xgboost_json, save_xgboost_json, XgbObjective};
 use epp_testkit::{in_ci, manifest_dir};
 
 /// The venv's Python when it can import xgboost, else `None` after a SKIP line (a failure under CI).
@@ -129,4 +132,80 @@ fn epp_trainer_is_as_accurate_as_xgboost_on_the_same_rows() {
     );
     // The bar: epp's MAPE at most 5% above xgboost's on the same held-out rows.
     assert!(epp_mape <= 1.05 * xgb_mape, "epp MAPE {epp_mape:.4} > 1.05 × xgboost MAPE {xgb_mape:.4}");
+}
+
+/// Writes rows as CSV with every float32 exact (`{:?}` is the shortest text that parses back) and NaN as
+/// `nan`, which numpy reads as missing.
+fn write_csv(path: &Path, rows: &[f32], n_features: usize) {
+    let text: String = rows
+        .chunks_exact(n_features)
+        .map(|row| {
+            let cells: Vec<String> =
+                row.iter().map(|x| if x.is_nan() { "nan".to_string() } else { format!("{x:?}") }).collect();
+            cells.join(",") + "\n"
+        })
+        .collect();
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+#[test]
+fn xgboost_loads_epp_models_and_predicts_what_epp_predicts() {
+    let Some(python) = python_with_xgboost("xgboost_loads_epp_models_and_predicts_what_epp_predicts") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().to_str().expect("utf-8 temp path");
+    run_script(&python, &["compare", out, "--rows", "3000"]);
+    let (train_x, train_y, n_features) = features_and_targets(read_csv(&dir.path().join("train.csv")));
+    let (mut test_x, _, _) = features_and_targets(read_csv(&dir.path().join("test.csv")));
+    // Some missing values, so every default direction is exercised on xgboost's side too.
+    for (i, x) in test_x.iter_mut().enumerate() {
+        if i % 17 == 3 {
+            *x = f32::NAN;
+        }
+    }
+    write_csv(&dir.path().join("rows.csv"), &test_x, n_features);
+    let names: Vec<String> = (0..n_features).map(|f| format!("feature_{f}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    for (objective, xgb_objective, name, alpha) in [
+        (Objective::SquaredError, XgbObjective::SquaredError, "reg:squarederror", None),
+        (
+            Objective::Quantile { alpha: 0.9 },
+            XgbObjective::Quantile { alpha: 0.9 },
+            "reg:quantileerror",
+            Some(0.9),
+        ),
+    ] {
+        let params = Params { objective, n_trees: 100, ..Params::default() };
+        let forest = train(&params, &train_x, n_features, &train_y).expect("train");
+        let json = save_xgboost_json(&forest, xgb_objective, &names).expect("save");
+        std::fs::write(dir.path().join("model.json"), json).expect("write model.json");
+        run_script(&python, &["predict", out]);
+
+        let info: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("model.info")).expect("model.info"))
+                .expect("json");
+        assert_eq!(info["objective"], name);
+        assert_eq!(info["num_features"], n_features);
+        assert_eq!(info["feature_names"], serde_json::json!(names));
+        if let Some(alpha) = alpha {
+            let text = info["quantile_alpha"].as_str().expect("quantile_alpha");
+            let read: f32 = text.trim_matches(['[', ']']).parse().expect("a number");
+            assert_eq!(read, alpha, "quantile_alpha {text}");
+        }
+        let expected: Vec<f32> = read_csv(&dir.path().join("model.pred")).concat();
+        let mut got = vec![0.0; expected.len()];
+        forest.predict_batch(&test_x, &mut got);
+        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+            let tolerance = 1e-5 * e.abs().max(1.0);
+            assert!((g - e).abs() <= tolerance, "{name} row {i}: epp {g}, xgboost {e}");
+        }
+        // And back: xgboost's own writing of epp's model loads in epp with the same predictions.
+        let resaved = load_xgboost_json(&std::fs::read(dir.path().join("resaved.json")).expect("resaved"))
+            .expect("epp reads xgboost's re-save");
+        let mut again = vec![0.0; expected.len()];
+        resaved.forest.predict_batch(&test_x, &mut again);
+        assert!(got.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: re-save differs");
+        assert_eq!(resaved.objective, xgb_objective);
+    }
 }

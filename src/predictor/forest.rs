@@ -4,8 +4,8 @@
 //! Why this layout: every tree is stored as a *complete* binary tree of the forest's depth (a leaf above
 //! the bottom is padded down by repeating its value), so node `i`'s children are `2i+1` and `2i+2`, a
 //! prediction is exactly `depth` steps with no leaf test, and each step is a compare and an add that the
-//! compiler keeps branch-free. Rows are walked through each tree in blocks of [`BLOCK`], so the block's
-//! walks are independent chains the CPU overlaps, and a tree's nodes stay in cache while the block uses
+//! compiler keeps branch-free. Rows are walked through each tree in blocks of [`BLOCK`], two trees at a
+//! time, so the 16 walks are independent chains the CPU overlaps, and a tree's nodes stay in cache while the block uses
 //! them. Depth-6 trees take 63 splits × 8 bytes + 64 leaves × 4 bytes: 200 trees fit in 152 KB.
 //!
 //! The split rule is XGBoost's: `x < threshold` goes left, a missing value (NaN) goes the node's default
@@ -100,6 +100,45 @@ impl Forest {
         self.base_score
     }
 
+    /// Tree `t` as nodes again, numbered breadth-first from the root 0, with every subtree whose leaves all
+    /// hold the same value (the layout's padding, or a split that changes nothing) folded into one leaf:
+    /// it predicts bit for bit what the flattened tree predicts. This is how a model is written out.
+    ///
+    /// # Panics
+    /// When `t >= n_trees()` (a caller bug).
+    pub fn tree_nodes(&self, t: usize) -> Vec<Node> {
+        let n_leaves = 1usize << self.depth;
+        let n_splits = n_leaves - 1;
+        let splits = &self.splits[t * n_leaves..(t + 1) * n_leaves - 1];
+        let leaves = &self.leaves[t * n_leaves..(t + 1) * n_leaves];
+        let mut nodes = Vec::new();
+        let mut queue = std::collections::VecDeque::from([0usize]);
+        while let Some(pos) = queue.pop_front() {
+            let (mut first, mut last) = (pos, pos);
+            while first < n_splits {
+                first = 2 * first + 1;
+                last = 2 * last + 2;
+            }
+            let under = &leaves[first - n_splits..=last - n_splits];
+            if under.iter().all(|v| v.to_bits() == under[0].to_bits()) {
+                nodes.push(Node::Leaf(under[0]));
+                continue;
+            }
+            // Breadth-first: the nodes queued before this one's children are numbered first.
+            let left = (nodes.len() + queue.len() + 1) as u32;
+            let Split { threshold, feature } = splits[pos];
+            nodes.push(Node::Split {
+                feature: feature & !DEFAULT_LEFT,
+                threshold,
+                default_left: feature & DEFAULT_LEFT != 0,
+                left,
+                right: left + 1,
+            });
+            queue.extend([2 * pos + 1, 2 * pos + 2]);
+        }
+        nodes
+    }
+
     /// The prediction for one row of `n_features` values.
     ///
     /// # Panics
@@ -179,13 +218,32 @@ impl Forest {
         let mut acc = [0.0f32; BLOCK];
         let (splits, _) = self.splits.as_chunks::<LEAVES>();
         let (leaves, _) = self.leaves.as_chunks::<LEAVES>();
-        for (splits, leaves) in splits.iter().zip(leaves) {
+        // Two trees at a time: twice the independent walks for the CPU to overlap.
+        let mut pairs = splits.chunks_exact(2).zip(leaves.chunks_exact(2));
+        for (splits, leaves) in pairs.by_ref() {
+            let (mut a, mut b) = ([0usize; BLOCK], [0usize; BLOCK]);
+            for _ in 0..depth {
+                for r in 0..BLOCK {
+                    let (sa, sb) = (splits[0][a[r] & (LEAVES - 1)], splits[1][b[r] & (LEAVES - 1)]);
+                    let xa = xs[sa.feature as usize & (FAST_FEATURES - 1)][r];
+                    let xb = xs[sb.feature as usize & (FAST_FEATURES - 1)][r];
+                    // Equal to `!(x < threshold)` here: x is not NaN, nor is any threshold.
+                    a[r] = 2 * a[r] + 1 + usize::from(xa >= sa.threshold);
+                    b[r] = 2 * b[r] + 1 + usize::from(xb >= sb.threshold);
+                }
+            }
+            for r in 0..BLOCK {
+                acc[r] += leaves[0][a[r].wrapping_sub(LEAVES - 1) & (LEAVES - 1)];
+                acc[r] += leaves[1][b[r].wrapping_sub(LEAVES - 1) & (LEAVES - 1)];
+            }
+        }
+        let rest = splits.len() - splits.len() % 2;
+        for (splits, leaves) in splits[rest..].iter().zip(&leaves[rest..]) {
             let mut node = [0usize; BLOCK];
             for _ in 0..depth {
                 for r in 0..BLOCK {
                     let split = splits[node[r] & (LEAVES - 1)];
                     let x = xs[split.feature as usize & (FAST_FEATURES - 1)][r];
-                    // Equal to `!(x < threshold)` here: x is not NaN, nor is any threshold.
                     node[r] = 2 * node[r] + 1 + usize::from(x >= split.threshold);
                 }
             }
@@ -291,102 +349,4 @@ fn place(tree: &[Node], i: usize, pos: usize, splits: &mut [Split], leaves: &mut
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn split(feature: u32, threshold: f32, default_left: bool, left: u32, right: u32) -> Node {
-        Node::Split { feature, threshold, default_left, left, right }
-    }
-
-    /// x0 < 1 → (x1 < 5 → 1.0 | 2.0) | 3.0, NaN in x0 goes right, NaN in x1 goes left.
-    fn lopsided() -> Vec<Node> {
-        vec![
-            split(0, 1.0, false, 1, 2),
-            split(1, 5.0, true, 3, 4),
-            Node::Leaf(3.0),
-            Node::Leaf(1.0),
-            Node::Leaf(2.0),
-        ]
-    }
-
-    #[test]
-    fn follows_the_split_rule_and_pads_shallow_leaves() {
-        let forest = Forest::from_trees(2, 0.5, &[lopsided()]).unwrap();
-        assert_eq!(forest.depth(), 2);
-        assert_eq!(forest.predict_one(&[0.0, 0.0]), 1.5);
-        assert_eq!(forest.predict_one(&[0.0, 5.0]), 2.5, "x == threshold goes right");
-        assert_eq!(forest.predict_one(&[1.0, 0.0]), 3.5);
-        assert_eq!(forest.predict_one(&[2.0, 9.0]), 3.5);
-    }
-
-    #[test]
-    fn missing_values_take_the_default_direction() {
-        let forest = Forest::from_trees(2, 0.0, &[lopsided()]).unwrap();
-        assert_eq!(forest.predict_one(&[f32::NAN, 0.0]), 3.0);
-        assert_eq!(forest.predict_one(&[0.0, f32::NAN]), 1.0);
-    }
-
-    #[test]
-    fn batch_equals_one_by_one_for_every_block_shape() {
-        let trees = vec![
-            lopsided(),
-            vec![split(1, 2.0, false, 1, 2), Node::Leaf(-1.0), Node::Leaf(10.0)],
-            vec![Node::Leaf(0.25)],
-        ];
-        let forest = Forest::from_trees(2, 1.0, &trees).unwrap();
-        let rows: Vec<f32> =
-            (0..21 * 2).map(|i| if i == 17 { f32::NAN } else { (i % 7) as f32 * 0.9 }).collect();
-        let mut out = vec![0.0; 21];
-        forest.predict_batch(&rows, &mut out);
-        for (row, got) in rows.chunks(2).zip(&out) {
-            let mut expected = 1.0 + 0.25;
-            expected += match (row[0], row[1]) {
-                (x, _) if x.is_nan() || x >= 1.0 => 3.0,
-                (_, y) if y.is_nan() || y < 5.0 => 1.0,
-                _ => 2.0,
-            };
-            expected += if row[1] < 2.0 { -1.0 } else { 10.0 };
-            assert_eq!(*got, expected, "row {row:?}");
-        }
-    }
-
-    #[test]
-    fn trees_deeper_than_the_fast_kernels_take_the_general_walk() {
-        // A chain of 10 splits on feature 0: x < 1 → leaf 1, else x < 2 → leaf 2, … else leaf 11.
-        let mut tree = Vec::new();
-        for k in 0..10u32 {
-            tree.push(split(0, (k + 1) as f32, false, 2 * k + 1, 2 * k + 2));
-            tree.push(Node::Leaf((k + 1) as f32));
-        }
-        tree.push(Node::Leaf(11.0));
-        let forest = Forest::from_trees(1, 0.0, &[tree]).unwrap();
-        assert_eq!(forest.depth(), 10);
-        let rows: Vec<f32> = (0..12).map(|i| i as f32 + 0.5).collect();
-        let mut out = vec![0.0; rows.len()];
-        forest.predict_batch(&rows, &mut out);
-        let expected: Vec<f32> = (0..12).map(|i| (i + 1).min(11) as f32).collect();
-        assert_eq!(out, expected);
-    }
-
-    #[test]
-    fn single_leaf_forests_and_empty_batches() {
-        let forest = Forest::from_trees(3, 1.0, &[vec![Node::Leaf(2.0)], vec![Node::Leaf(0.5)]]).unwrap();
-        assert_eq!(forest.depth(), 0);
-        let mut out = vec![0.0; 9];
-        forest.predict_batch(&[0.0; 27], &mut out);
-        assert!(out.iter().all(|&v| v == 3.5));
-        forest.predict_batch(&[], &mut []);
-    }
-
-    #[test]
-    fn bad_trees_are_errors_that_name_the_node() {
-        let out_of_range = vec![split(0, 1.0, false, 1, 7), Node::Leaf(1.0)];
-        let err = Forest::from_trees(1, 0.0, &[vec![Node::Leaf(0.0)], out_of_range]).unwrap_err();
-        assert!(matches!(err, ModelError::Tree { tree: 1, node: 0, .. }), "{err}");
-        let bad_feature = vec![split(4, 1.0, false, 1, 1), Node::Leaf(1.0)];
-        assert!(matches!(Forest::from_trees(2, 0.0, &[bad_feature]), Err(ModelError::Tree { .. })));
-        let cycle = vec![split(0, 1.0, false, 1, 1), split(0, 1.0, false, 0, 0)];
-        assert!(matches!(Forest::from_trees(1, 0.0, &[cycle]), Err(ModelError::TooDeep { tree: 0, .. })));
-        assert!(matches!(Forest::from_trees(1, 0.0, &[vec![]]), Err(ModelError::Tree { .. })));
-    }
-}
+mod tests;

@@ -9,16 +9,20 @@
 //! TTFT/TPOT feature rows (plus the accelerator class); [`window`] is the stratified sample window a
 //! retrain reads.
 //!
-//! The core is pure and synchronous: no locks, no I/O on the prediction path, no clock. It imports
-//! nothing from the rest of epp; wiring it into scheduling is later work.
+//! The core is pure and synchronous: no locks, no I/O on the prediction path, no clock. [`online`] runs
+//! it as a service (a training thread, atomic model swaps, model files, metrics) and is the only part that
+//! imports from the rest of epp (`crate::metrics`); wiring it into scheduling is later work.
 
 mod error;
 pub mod features;
 mod forest;
+pub mod online;
 pub mod train;
 pub mod window;
 mod xgboost;
+mod xgboost_save;
 
 pub use error::ModelError;
 pub use forest::{Forest, Node, MAX_DEPTH};
 pub use xgboost::{load_xgboost_json, XgbModel, XgbObjective};
+pub use xgboost_save::save_xgboost_json;

@@ -103,6 +103,7 @@ pub fn train(
     let mut pred = vec![base_score; n];
     let (mut grad, mut hess) = (vec![0.0f32; n], vec![1.0f32; n]);
     let mut indices: Vec<u32> = Vec::with_capacity(n);
+    let mut grown = vec![false; n];
     let mut residuals: Vec<f32> = Vec::new();
     let mut features: Vec<usize> = (0..n_features).collect();
     let n_cols = ((params.colsample_bytree * n_features as f32).round() as usize).clamp(1, n_features.max(1));
@@ -135,7 +136,16 @@ pub fn train(
                 node.value = quantile(&mut residuals, alpha) * params.learning_rate;
             }
         }
-        for (r, p) in pred.iter_mut().enumerate() {
+        // The rows the tree was grown on already sit in their leaf's range of `indices` (the same `≤`
+        // rule placed them); only the rows left out of the subsample walk the tree.
+        grown.fill(false);
+        for leaf in nodes.iter().filter(|node| node.children.is_none()) {
+            for &r in &indices[leaf.rows.0..leaf.rows.1] {
+                pred[r as usize] += leaf.value;
+                grown[r as usize] = true;
+            }
+        }
+        for (r, p) in pred.iter_mut().enumerate().filter(|(r, _)| !grown[*r]) {
             *p += leaf_value(&nodes, &data.bins[r * n_features..(r + 1) * n_features]);
         }
         trees.push(to_nodes(&nodes, &data.cuts));

@@ -1,0 +1,115 @@
+//! The engine against hand-built trees: the split rule, padding, missing values, every block shape, deep
+//! trees, and bad trees refused by node; the export back to nodes predicts what the flattened tree does.
+
+use super::*;
+
+fn split(feature: u32, threshold: f32, default_left: bool, left: u32, right: u32) -> Node {
+    Node::Split { feature, threshold, default_left, left, right }
+}
+
+/// x0 < 1 → (x1 < 5 → 1.0 | 2.0) | 3.0, NaN in x0 goes right, NaN in x1 goes left.
+fn lopsided() -> Vec<Node> {
+    vec![
+        split(0, 1.0, false, 1, 2),
+        split(1, 5.0, true, 3, 4),
+        Node::Leaf(3.0),
+        Node::Leaf(1.0),
+        Node::Leaf(2.0),
+    ]
+}
+
+#[test]
+fn follows_the_split_rule_and_pads_shallow_leaves() {
+    let forest = Forest::from_trees(2, 0.5, &[lopsided()]).unwrap();
+    assert_eq!(forest.depth(), 2);
+    assert_eq!(forest.predict_one(&[0.0, 0.0]), 1.5);
+    assert_eq!(forest.predict_one(&[0.0, 5.0]), 2.5, "x == threshold goes right");
+    assert_eq!(forest.predict_one(&[1.0, 0.0]), 3.5);
+    assert_eq!(forest.predict_one(&[2.0, 9.0]), 3.5);
+}
+
+#[test]
+fn missing_values_take_the_default_direction() {
+    let forest = Forest::from_trees(2, 0.0, &[lopsided()]).unwrap();
+    assert_eq!(forest.predict_one(&[f32::NAN, 0.0]), 3.0);
+    assert_eq!(forest.predict_one(&[0.0, f32::NAN]), 1.0);
+}
+
+#[test]
+fn batch_equals_one_by_one_for_every_block_shape() {
+    let trees = vec![
+        lopsided(),
+        vec![split(1, 2.0, false, 1, 2), Node::Leaf(-1.0), Node::Leaf(10.0)],
+        vec![Node::Leaf(0.25)],
+    ];
+    let forest = Forest::from_trees(2, 1.0, &trees).unwrap();
+    let rows: Vec<f32> = (0..21 * 2).map(|i| if i == 17 { f32::NAN } else { (i % 7) as f32 * 0.9 }).collect();
+    let mut out = vec![0.0; 21];
+    forest.predict_batch(&rows, &mut out);
+    for (row, got) in rows.chunks(2).zip(&out) {
+        let mut expected = 1.0 + 0.25;
+        expected += match (row[0], row[1]) {
+            (x, _) if x.is_nan() || x >= 1.0 => 3.0,
+            (_, y) if y.is_nan() || y < 5.0 => 1.0,
+            _ => 2.0,
+        };
+        expected += if row[1] < 2.0 { -1.0 } else { 10.0 };
+        assert_eq!(*got, expected, "row {row:?}");
+    }
+}
+
+#[test]
+fn trees_deeper_than_the_fast_kernels_take_the_general_walk() {
+    // A chain of 10 splits on feature 0: x < 1 → leaf 1, else x < 2 → leaf 2, … else leaf 11.
+    let mut tree = Vec::new();
+    for k in 0..10u32 {
+        tree.push(split(0, (k + 1) as f32, false, 2 * k + 1, 2 * k + 2));
+        tree.push(Node::Leaf((k + 1) as f32));
+    }
+    tree.push(Node::Leaf(11.0));
+    let forest = Forest::from_trees(1, 0.0, &[tree]).unwrap();
+    assert_eq!(forest.depth(), 10);
+    let rows: Vec<f32> = (0..12).map(|i| i as f32 + 0.5).collect();
+    let mut out = vec![0.0; rows.len()];
+    forest.predict_batch(&rows, &mut out);
+    let expected: Vec<f32> = (0..12).map(|i| (i + 1).min(11) as f32).collect();
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn single_leaf_forests_and_empty_batches() {
+    let forest = Forest::from_trees(3, 1.0, &[vec![Node::Leaf(2.0)], vec![Node::Leaf(0.5)]]).unwrap();
+    assert_eq!(forest.depth(), 0);
+    let mut out = vec![0.0; 9];
+    forest.predict_batch(&[0.0; 27], &mut out);
+    assert!(out.iter().all(|&v| v == 3.5));
+    forest.predict_batch(&[], &mut []);
+}
+
+#[test]
+fn bad_trees_are_errors_that_name_the_node() {
+    let out_of_range = vec![split(0, 1.0, false, 1, 7), Node::Leaf(1.0)];
+    let err = Forest::from_trees(1, 0.0, &[vec![Node::Leaf(0.0)], out_of_range]).unwrap_err();
+    assert!(matches!(err, ModelError::Tree { tree: 1, node: 0, .. }), "{err}");
+    let bad_feature = vec![split(4, 1.0, false, 1, 1), Node::Leaf(1.0)];
+    assert!(matches!(Forest::from_trees(2, 0.0, &[bad_feature]), Err(ModelError::Tree { .. })));
+    let cycle = vec![split(0, 1.0, false, 1, 1), split(0, 1.0, false, 0, 0)];
+    assert!(matches!(Forest::from_trees(1, 0.0, &[cycle]), Err(ModelError::TooDeep { tree: 0, .. })));
+    assert!(matches!(Forest::from_trees(1, 0.0, &[vec![]]), Err(ModelError::Tree { .. })));
+}
+
+#[test]
+fn exported_trees_fold_padding_and_predict_the_same() {
+    let forest = Forest::from_trees(2, 0.5, &[lopsided(), vec![Node::Leaf(3.0)]]).unwrap();
+    let first = forest.tree_nodes(0);
+    assert_eq!(first, lopsided(), "padding folded back, numbered breadth-first");
+    assert_eq!(forest.tree_nodes(1), vec![Node::Leaf(3.0)]);
+    let again = Forest::from_trees(2, 0.5, &[first, forest.tree_nodes(1)]).unwrap();
+    let grid = [-1.0, 0.0, 0.25, 0.5, 0.75, 1.0, 2.0, f32::NAN];
+    for a in grid {
+        for b in grid {
+            let (x, y) = (forest.predict_one(&[a, b]), again.predict_one(&[a, b]));
+            assert_eq!(x.to_bits(), y.to_bits(), "row [{a}, {b}]");
+        }
+    }
+}
