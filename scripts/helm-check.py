@@ -5,11 +5,15 @@ For each value set below it renders the chart with helm-python-sdk (Helm v4's ow
 values-schema check, called through its C library), validates every manifest against the Kubernetes
 OpenAPI schemas (kubernetes-validate, strict: an unknown field is an error) of the chart's oldest
 Kubernetes (1.27) and the newest the pinned kubernetes-validate ships, and asserts what the chart promises: the epp flags, gRPC probes on the
-health port, ports, the config mount, security settings, resources, the image. Value sets that must be
-refused are checked to fail with their message. When a debug build of epp exists, epp is started with
+health port, ports, the config mount, security settings, resources, the image, the RBAC rules (exactly
+the API calls of the mode, from deploy/helm/epp/api-calls.yaml, the list tests/discovery_rbac.rs checks
+epp's real calls against), the InferencePool. Upstream-layout value sets are rendered too, one of them
+from `helm upgrade --install ... --set ...` expressions parsed by Helm's own --set parser. Value sets that
+must be refused are checked to fail with their message. When a debug build of epp exists, epp is started with
 each rendered argument list and rendered config (ports set to 0, paths moved to a temp dir) and must
 reach "epp serving" and exit cleanly on SIGTERM: the flags and configs the chart renders are ones epp
-accepts, not just well-formed YAML.
+accepts, not just well-formed YAML. Without a cluster, discovery and leader election retry in the
+background (epp stays NOT_SERVING), which does not stop it serving its ports.
 
 Usage:  make helm-check            (installs helm-python-sdk and kubernetes-validate into .venv first)
         .venv/bin/python scripts/helm-check.py [-v]
@@ -55,6 +59,30 @@ schedulingProfiles:
   - pluginRef: random-picker
 """
 
+# `helm upgrade --install epp deploy/helm/epp --set ...` as the upstream chart's README installs a pool.
+UPSTREAM_SETS = ["inferencePool.modelServers.matchLabels.app=vllm-llama3-8b-instruct",
+                 "inferenceExtension.latencyPredictor.enabled=true"]
+# An upstream-layout values file (kubernetes-sigs/gateway-api-inference-extension and llm-d/llm-d-router
+# config/charts/inferencepool/values.yaml), with keys epp ignores among the mapped ones.
+UPSTREAM_VALUES = {
+    "inferenceExtension": {
+        "image": {"hub": "registry.example/llm", "name": "epp", "tag": "v1.2.3", "pullPolicy": "Always"},
+        "extProcPort": 9102, "failureMode": "FailClose",
+        "env": [{"name": "EXTRA", "value": "1"}],
+        "flags": {"emit-endpoint-scores": True},
+        "pluginsConfigFile": "custom-plugins.yaml", "pluginsCustomConfig": {"custom-plugins.yaml": CUSTOM_CONFIG},
+        "resources": {"requests": {"cpu": "2", "memory": "1Gi"}},
+        "tolerations": [{"key": "gpu", "operator": "Exists"}],
+        "monitoring": {"interval": "30s", "prometheus": {"enabled": True, "extraLabels": {"team": "llm"},
+                                                           "auth": {"enabled": True}}},
+        "tracing": {"enabled": False}, "sidecar": {"enabled": False}, "latencyPredictor": {"enabled": False},
+    },
+    "inferencePool": {"targetPorts": [{"number": 8000}, {"number": 8001}], "modelServerType": "vllm",
+                      "apiVersion": "inference.networking.k8s.io/v1",
+                      "modelServers": {"matchLabels": {"app": "vllm-qwen3-32b"}}},
+    "provider": {"name": "none"}, "inferenceObjectives": [], "experimentalHttpRoute": {"enabled": False},
+}
+
 # Value sets that must render and pass every check.
 CASES = {
     "defaults": {},
@@ -70,6 +98,12 @@ CASES = {
                           "fullnameOverride": "picker", "shutdownGracePeriod": "60s",
                           "terminationGracePeriodSeconds": 75,
                           "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}}},
+    "upstream --set": helm.parse_set_string(",".join(UPSTREAM_SETS)),
+    "upstream values": UPSTREAM_VALUES,
+    "upstream v1alpha2 pool": {"inferencePool": {"apiVersion": "inference.networking.x-k8s.io/v1alpha2",
+                                                 "targetPortNumber": 8080,
+                                                 "modelServers": {"matchLabels": {"app": "vllm"}}}},
+    "no rbac, own token setting": {"rbac": {"create": False}, "serviceAccount": {"automountServiceAccountToken": True}},
     # Every other example the chart ships, so each is loaded by a real epp too.
     **{f"example {e}": {"config": {"example": e}} for e in EXAMPLES if e != "default"},
 }
@@ -81,6 +115,8 @@ REFUSED = {
     "unknown example": ({"config": {"example": "nope"}}, 'config.example "nope": no such example'),
     "flag the chart sets": ({"flags": {"grpc-port": 1}}, "use ports.grpc instead"),
     "bad duration": ({"shutdownGracePeriod": "soon"}, "shutdownGracePeriod"),
+    "replicas without leader election": ({"replicas": 2}, "replicas=2 needs leaderElection.enabled"),
+    "unknown upstream key": ({"inferenceExtension": {"replica": 2}}, "additional properties 'replica'"),
 }
 
 # A strict subset of the prometheus-operator ServiceMonitor CRD (no CRD schemas ship with
@@ -103,6 +139,37 @@ SERVICE_MONITOR_SCHEMA = {
                 "interval": {"type": "string", "pattern": PROM_DURATION},
                 "scrapeTimeout": {"type": "string", "pattern": PROM_DURATION}}}}}}},
 }
+
+# Strict subsets of the InferencePool CRDs (kubernetes-sigs/gateway-api-inference-extension:
+# config/crd/bases): the fields this chart renders, with the CRDs' types and enums.
+OBJECT_META = {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+    "name": {"type": "string"}, "namespace": {"type": "string"}, "labels": STRING_MAP}}
+PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
+FAILURE_MODE = {"enum": ["FailOpen", "FailClose"]}
+INFERENCE_POOL_SCHEMAS = {
+    "inference.networking.k8s.io/v1": {"type": "object", "properties": {"spec": {
+        "type": "object", "additionalProperties": False, "required": ["selector", "targetPorts", "endpointPickerRef"],
+        "properties": {
+            "selector": {"type": "object", "additionalProperties": False, "required": ["matchLabels"],
+                         "properties": {"matchLabels": {**STRING_MAP, "minProperties": 1}}},
+            "targetPorts": {"type": "array", "minItems": 1, "maxItems": 8, "items": {
+                "type": "object", "additionalProperties": False, "required": ["number"],
+                "properties": {"number": PORT}}},
+            "endpointPickerRef": {"type": "object", "additionalProperties": False, "required": ["name", "port"],
+                                  "properties": {"name": {"type": "string"}, "failureMode": FAILURE_MODE,
+                                                 "port": {"type": "object", "additionalProperties": False,
+                                                          "required": ["number"],
+                                                          "properties": {"number": PORT}}}}}}}},
+    "inference.networking.x-k8s.io/v1alpha2": {"type": "object", "properties": {"spec": {
+        "type": "object", "additionalProperties": False, "required": ["selector", "targetPortNumber", "extensionRef"],
+        "properties": {
+            "selector": {**STRING_MAP, "minProperties": 1}, "targetPortNumber": PORT,
+            "extensionRef": {"type": "object", "additionalProperties": False, "required": ["name"],
+                             "properties": {"name": {"type": "string"}, "portNumber": PORT,
+                                            "failureMode": FAILURE_MODE}}}}}},
+}
+# The one list of the API calls epp makes, by feature (the chart's Role is built from it).
+API_CALLS = yaml.safe_load((CHART / "api-calls.yaml").read_text())
 
 
 class CheckFailed(Exception):
@@ -149,6 +216,19 @@ def render(chart, values):
 
 def validate_schemas(docs):
     for doc in docs:
+        if doc["kind"] == "InferencePool":
+            schema = INFERENCE_POOL_SCHEMAS.get(doc["apiVersion"])
+            expect(schema is not None, f"InferencePool apiVersion {doc['apiVersion']}")
+            schema = {**schema, "required": ["apiVersion", "kind", "metadata", "spec"],
+                      "additionalProperties": False,
+                      "properties": {**schema["properties"], "apiVersion": {"const": doc["apiVersion"]},
+                                     "kind": {"const": "InferencePool"}, "metadata": OBJECT_META}}
+            try:
+                jsonschema.validate(doc, schema)
+            except jsonschema.ValidationError as e:
+                path = "/".join(str(p) for p in e.absolute_path)
+                raise CheckFailed(f"InferencePool: {path}: {e.message}")
+            continue
         if doc["kind"] == "ServiceMonitor":
             try:
                 jsonschema.validate(doc, SERVICE_MONITOR_SCHEMA)
@@ -164,8 +244,54 @@ def validate_schemas(docs):
                 raise CheckFailed(f"{doc['kind']} {doc['metadata']['name']} (k8s {version}): {path}: {e.message}")
 
 
+class Effective:
+    """What a value set means once the upstream layout (inferenceExtension.*, inferencePool.*) is mapped
+    onto the native values, computed here independently of the templates' helpers."""
+
+    def __init__(self, merged, app_version):
+        ie = merged.get("inferenceExtension") or {}
+        pool = merged.get("inferencePool") or {}
+        self.replicas = ie.get("replicas", merged["replicas"])
+        self.leader_election = merged["leaderElection"]["enabled"] or ie.get("replicas", 1) > 1
+        image = ie.get("image") or {}
+        repo = merged["image"]["repository"]
+        if image.get("hub") and image.get("name"):
+            repo = f"{image['hub']}/{image['name']}"
+        elif image.get("registry") and image.get("repository"):
+            repo = f"{image['registry']}/{image['repository']}"
+        elif image.get("repository"):
+            repo = image["repository"]
+        self.image = f"{repo}:{image.get('tag') or merged['image']['tag'] or app_version}"
+        self.grpc_port = ie.get("extProcPort") or merged["ports"]["grpc"]
+        self.flags = {**merged["flags"], **(ie.get("flags") or {})}
+        custom = ie.get("pluginsCustomConfig") or {}
+        config_file = ie.get("pluginsConfigFile") or (next(iter(custom)) if len(custom) == 1 else "")
+        self.config = custom.get(config_file) or merged["config"]["text"] or \
+            (CHART / "configs" / f"{merged['config']['example']}.yaml").read_text()
+        self.static = bool(merged["endpoints"]) or bool(re.search(r"(?m)^endpoints:", self.config))
+        self.calls_api = not self.static or self.leader_election
+        self.pool_group = (pool.get("apiVersion") or merged["pool"]["group"]).split("/")[0]
+        self.match_labels = (pool.get("modelServers") or {}).get("matchLabels") or {}
+        self.target_ports = [pool["targetPortNumber"]] if pool.get("targetPortNumber") else \
+            [p["number"] for p in pool.get("targetPorts") or []]
+        self.failure_mode = ie.get("failureMode") or "FailOpen"
+        prom = (ie.get("monitoring") or {}).get("prometheus") or {}
+        self.service_monitor = merged["serviceMonitor"]["enabled"] or bool(prom.get("enabled"))
+        self.sm_labels = {**merged["serviceMonitor"]["labels"], **(prom.get("extraLabels") or {})}
+        self.resources = ie.get("resources") or merged["resources"]
+        self.env = merged["env"] + (ie.get("env") or [])
+        token = merged["serviceAccount"]["automountServiceAccountToken"]
+        self.automount = token if isinstance(token, bool) else self.calls_api
+        features = ([] if self.static else ["discovery", "inferencePool"]) + \
+            (["leaderElection"] if self.leader_election else [])
+        self.rules = [{"apiGroups": [self.pool_group if c["group"] == "POOL_GROUP" else c["group"]],
+                       "resources": [c["resource"]], "verbs": c["verbs"]}
+                      for f in features for c in API_CALLS[f]] if merged["rbac"]["create"] else []
+
+
 def check_case(docs, notes, merged, app_version):
     """The chart's promises, checked against the merged values the render used."""
+    eff = Effective(merged, app_version)
     by_kind = {}
     for doc in docs:
         expect(doc["kind"] not in by_kind, f"two {doc['kind']} objects")
@@ -173,18 +299,21 @@ def check_case(docs, notes, merged, app_version):
         by_kind[doc["kind"]] = doc
     wanted = {"Deployment", "Service", "ConfigMap"}
     wanted |= {"ServiceAccount"} if merged["serviceAccount"]["create"] else set()
-    wanted |= {"ServiceMonitor"} if merged["serviceMonitor"]["enabled"] else set()
+    wanted |= {"ServiceMonitor"} if eff.service_monitor else set()
+    wanted |= {"Role", "RoleBinding"} if eff.rules else set()
+    wanted |= {"InferencePool"} if eff.match_labels else set()
     wanted |= {"PodDisruptionBudget"} if merged["podDisruptionBudget"]["enabled"] else set()
     expect(set(by_kind) == wanted, f"kinds {sorted(by_kind)} != {sorted(wanted)}")
     deploy, svc, cm = by_kind["Deployment"], by_kind["Service"], by_kind["ConfigMap"]
     spec, pod = deploy["spec"], deploy["spec"]["template"]["spec"]
-    expect(spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}, "not replicas 1 / Recreate")
+    expect(spec["replicas"] == eff.replicas and spec["strategy"] == {"type": "Recreate"},
+           f"not replicas {eff.replicas} / Recreate")
+    expect(eff.replicas <= 1 or eff.leader_election, "several replicas without leader election")
     expect(spec["selector"]["matchLabels"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items(),
            "Deployment selector does not select its pods")
     [container] = pod["containers"]
 
-    tag = merged["image"]["tag"] or app_version
-    expect(container["image"] == f"{merged['image']['repository']}:{tag}", f"image {container['image']}")
+    expect(container["image"] == eff.image, f"image {container['image']}, want {eff.image}")
 
     args = {}
     for arg in container["args"]:
@@ -194,7 +323,7 @@ def check_case(docs, notes, merged, app_version):
         args[flag] = value
     ports = merged["ports"]
     config_path = "/config/config.yaml"
-    want = {"--grpc-port": str(ports["grpc"]), "--grpc-health-port": str(ports["health"]),
+    want = {"--grpc-port": str(eff.grpc_port), "--pool-group": eff.pool_group, "--grpc-health-port": str(ports["health"]),
             "--metrics-port": str(ports["metrics"]), "--config-file": config_path,
             "--pool-name": merged["pool"]["name"] or RELEASE,
             "--secure-serving": str(merged["secureServing"]).lower(),
@@ -204,7 +333,10 @@ def check_case(docs, notes, merged, app_version):
         want["--endpoints"] = ",".join(merged["endpoints"])
     if merged["tls"]["secretName"]:
         want["--cert-path"] = "/etc/epp/tls"
-    for flag, value in merged["flags"].items():
+    if eff.leader_election:
+        want["--ha-enable-leader-election"] = "true"
+    expect(("--ha-enable-leader-election" in args) == eff.leader_election, "--ha-enable-leader-election")
+    for flag, value in eff.flags.items():
         want[f"--{flag}"] = str(value).lower() if isinstance(value, bool) else str(value)
     for flag, value in want.items():
         expect(args.get(flag) == value, f"{flag}: {args.get(flag)!r}, want {value!r}")
@@ -219,10 +351,10 @@ def check_case(docs, notes, merged, app_version):
         expect(container[probe]["grpc"] == {"port": ports["health"], "service": service}, f"{probe}")
         expect(service in HEALTH_SERVICES, f"epp does not answer health service {service!r}")
     cports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    expect(cports == {"grpc": ports["grpc"], "grpc-health": ports["health"], "metrics": ports["metrics"]},
+    expect(cports == {"grpc": eff.grpc_port, "grpc-health": ports["health"], "metrics": ports["metrics"]},
            f"container ports {cports}")
     sports = {p["name"]: (p["port"], p["targetPort"]) for p in svc["spec"]["ports"]}
-    expect(sports == {"grpc-ext-proc": (ports["grpc"], "grpc"), "grpc-health": (ports["health"], "grpc-health"),
+    expect(sports == {"grpc-ext-proc": (eff.grpc_port, "grpc"), "grpc-health": (ports["health"], "grpc-health"),
                       "http-metrics": (ports["metrics"], "metrics")}, f"service ports {sports}")
     expect(svc["spec"]["selector"] == spec["selector"]["matchLabels"], "Service selector != pod selector")
 
@@ -231,7 +363,7 @@ def check_case(docs, notes, merged, app_version):
     expect(mounts["config"]["mountPath"] == "/config" and mounts["config"]["readOnly"], "config mount")
     expect(volumes["config"]["configMap"]["name"] == cm["metadata"]["name"], "config volume -> ConfigMap")
     text = cm["data"]["config.yaml"]
-    source = merged["config"]["text"] or (CHART / "configs" / f"{merged['config']['example']}.yaml").read_text()
+    source = eff.config
     expect(text.strip() == source.strip(), "ConfigMap config.yaml is not the chosen config")
     expect(yaml.safe_load(text)["kind"] == "EndpointPickerConfig", "config is not an EndpointPickerConfig")
     checksum = deploy["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
@@ -242,14 +374,43 @@ def check_case(docs, notes, merged, app_version):
     else:
         expect("tls" not in volumes, "tls volume without a Secret")
 
-    expect(container["resources"] == merged["resources"], f"resources {container['resources']}")
+    expect(container["resources"] == eff.resources, f"resources {container['resources']}")
     sc = container["securityContext"]
     expect(sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
            and sc["capabilities"]["drop"] == ["ALL"], f"container securityContext {sc}")
     expect(pod["securityContext"]["runAsNonRoot"], "pod securityContext runAsNonRoot")
     if "ServiceAccount" in by_kind:
         expect(pod["serviceAccountName"] == by_kind["ServiceAccount"]["metadata"]["name"], "ServiceAccount name")
-    expect(pod["automountServiceAccountToken"] is False, "service account token mounted")
+    expect(pod["automountServiceAccountToken"] is eff.automount,
+           f"automountServiceAccountToken {pod['automountServiceAccountToken']}, want {eff.automount}")
+    if "ServiceAccount" in by_kind:
+        expect(by_kind["ServiceAccount"]["automountServiceAccountToken"] is eff.automount, "SA token mount")
+    expect([e for e in container["env"] if e["name"] not in ("NAMESPACE", "POD_NAME")] == eff.env, "env")
+    if eff.rules:
+        role, binding = by_kind["Role"], by_kind["RoleBinding"]
+        expect(role["rules"] == eff.rules, f"Role rules {role['rules']}, want exactly {eff.rules}")
+        expect(binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                      "name": role["metadata"]["name"]}, "RoleBinding roleRef")
+        expect(binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"],
+                                        "namespace": NAMESPACE}], "RoleBinding subject")
+        expect(eff.automount, "RBAC granted but no token mounted")
+    if eff.match_labels:
+        pool_doc = by_kind["InferencePool"]
+        expect(pool_doc["metadata"]["name"] == args["--pool-name"], "InferencePool name != --pool-name")
+        expect(pool_doc["apiVersion"].split("/")[0] == args["--pool-group"], "InferencePool group != --pool-group")
+        ps = pool_doc["spec"]
+        if "endpointPickerRef" in ps:
+            ref = ps["endpointPickerRef"]
+            expect(ps["selector"]["matchLabels"] == eff.match_labels, "InferencePool selector")
+            expect([p["number"] for p in ps["targetPorts"]] == eff.target_ports, "InferencePool targetPorts")
+            expect((ref["name"], ref["port"]["number"]) == (svc["metadata"]["name"], eff.grpc_port),
+                   "endpointPickerRef does not point at the ext_proc Service port")
+        else:
+            ref = ps["extensionRef"]
+            expect(ps["selector"] == eff.match_labels and [ps["targetPortNumber"]] == eff.target_ports[:1],
+                   "v1alpha2 selector / targetPortNumber")
+            expect((ref["name"], ref["portNumber"]) == (svc["metadata"]["name"], eff.grpc_port), "extensionRef")
+        expect(ref["failureMode"] == eff.failure_mode, f"failureMode {ref['failureMode']}")
     env = {e["name"]: e for e in container["env"]}
     expect(env["NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", "NAMESPACE env")
 
@@ -259,14 +420,16 @@ def check_case(docs, notes, merged, app_version):
         expect(sm["endpoints"][0]["port"] in sports and sm["endpoints"][0]["path"] == "/metrics", "SM port")
         expect(sm["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items(), "SM misses Service")
         expect(sm["namespaceSelector"]["matchNames"] == [NAMESPACE], "SM namespace")
-        expect(merged["serviceMonitor"]["labels"].items() <= by_kind["ServiceMonitor"]["metadata"]["labels"].items(),
+        expect(eff.sm_labels.items() <= by_kind["ServiceMonitor"]["metadata"]["labels"].items(),
                "serviceMonitor.labels")
     if "PodDisruptionBudget" in by_kind:
         selector = by_kind["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]
         expect(selector.items() <= pod_labels.items(), "PDB does not select the pod")
 
-    has_endpoints = bool(merged["endpoints"]) or re.search(r"(?m)^endpoints:", text)
-    expect(("WARNING: no endpoints" in notes) != bool(has_endpoints), "NOTES endpoint warning")
+    expect(("epp stays NOT_SERVING until InferencePool" in notes) == (not eff.static and not eff.match_labels),
+           "NOTES: the missing-pool note")
+    predictor = ((merged.get("inferenceExtension") or {}).get("latencyPredictor") or {}).get("enabled", False)
+    expect(("latencyPredictor.enabled is ignored" in notes) == predictor, "NOTES: the latency predictor note")
     return args, text
 
 
