@@ -1,19 +1,18 @@
 #!/usr/bin/env python3
 """Checks the Helm chart in deploy/helm/epp without a cluster or a helm binary.
 
-For each value set below it renders the chart with helm-python-sdk (Helm v4's own Go template engine and
-values-schema check, called through its C library), validates every manifest against the Kubernetes
-OpenAPI schemas (kubernetes-validate, strict: an unknown field is an error) of the chart's oldest
-Kubernetes (1.27) and the newest the pinned kubernetes-validate ships, and asserts what the chart promises: the epp flags, gRPC probes on the
-health port, ports, the config mount, security settings, resources, the image, the RBAC rules (exactly
-the API calls of the mode, from deploy/helm/epp/api-calls.yaml, the list tests/discovery_rbac.rs checks
-epp's real calls against), the InferencePool. Upstream-layout value sets are rendered too, one of them
-from `helm upgrade --install ... --set ...` expressions parsed by Helm's own --set parser. Value sets that
-must be refused are checked to fail with their message. When a debug build of epp exists, epp is started with
-each rendered argument list and rendered config (ports set to 0, paths moved to a temp dir) and must
-reach "epp serving" and exit cleanly on SIGTERM: the flags and configs the chart renders are ones epp
-accepts, not just well-formed YAML. Without a cluster, discovery and leader election retry in the
-background (epp stays NOT_SERVING), which does not stop it serving its ports.
+For each value set below it renders the chart with helm-python-sdk (Helm v4's own template engine and
+values-schema check, through its C library), validates every manifest strictly (an unknown field is an
+error) against the Kubernetes OpenAPI schemas of 1.27 (the chart's floor) and of the newest version the
+pinned kubernetes-validate ships, custom resources against strict CRD subsets
+(deploy/helm/check/crd-subsets.yaml), and asserts what the chart promises: flags, probes, ports, the
+config, security, resources, the image, RBAC rules exactly the API calls of the mode (the list in
+deploy/helm/epp/api-calls.yaml, which tests/discovery_rbac.rs checks epp's real calls against), the
+InferencePool. Upstream-layout values are rendered too, one set from `helm upgrade --install --set ...`
+expressions parsed by Helm's own --set parser. Refused value sets must fail with their message. Given a
+debug build of epp, epp is started with each rendered argument list and config (ports 0, paths moved to a
+temp dir) and must reach "epp serving" and exit cleanly on SIGTERM. Without a cluster, discovery and
+leader election retry in the background (epp stays NOT_SERVING): that does not stop it serving its ports.
 
 Usage:  make helm-check            (installs helm-python-sdk and kubernetes-validate into .venv first)
         .venv/bin/python scripts/helm-check.py [-v]
@@ -62,26 +61,8 @@ schedulingProfiles:
 # `helm upgrade --install epp deploy/helm/epp --set ...` as the upstream chart's README installs a pool.
 UPSTREAM_SETS = ["inferencePool.modelServers.matchLabels.app=vllm-llama3-8b-instruct",
                  "inferenceExtension.latencyPredictor.enabled=true"]
-# An upstream-layout values file (kubernetes-sigs/gateway-api-inference-extension and llm-d/llm-d-router
-# config/charts/inferencepool/values.yaml), with keys epp ignores among the mapped ones.
-UPSTREAM_VALUES = {
-    "inferenceExtension": {
-        "image": {"hub": "registry.example/llm", "name": "epp", "tag": "v1.2.3", "pullPolicy": "Always"},
-        "extProcPort": 9102, "failureMode": "FailClose",
-        "env": [{"name": "EXTRA", "value": "1"}],
-        "flags": {"emit-endpoint-scores": True},
-        "pluginsConfigFile": "custom-plugins.yaml", "pluginsCustomConfig": {"custom-plugins.yaml": CUSTOM_CONFIG},
-        "resources": {"requests": {"cpu": "2", "memory": "1Gi"}},
-        "tolerations": [{"key": "gpu", "operator": "Exists"}],
-        "monitoring": {"interval": "30s", "prometheus": {"enabled": True, "extraLabels": {"team": "llm"},
-                                                           "auth": {"enabled": True}}},
-        "tracing": {"enabled": False}, "sidecar": {"enabled": False}, "latencyPredictor": {"enabled": False},
-    },
-    "inferencePool": {"targetPorts": [{"number": 8000}, {"number": 8001}], "modelServerType": "vllm",
-                      "apiVersion": "inference.networking.k8s.io/v1",
-                      "modelServers": {"matchLabels": {"app": "vllm-qwen3-32b"}}},
-    "provider": {"name": "none"}, "inferenceObjectives": [], "experimentalHttpRoute": {"enabled": False},
-}
+# An upstream-layout values file, keys epp ignores among the mapped ones.
+UPSTREAM_VALUES = yaml.safe_load((ROOT / "deploy" / "helm" / "check" / "upstream-values.yaml").read_text())
 
 # Value sets that must render and pass every check.
 CASES = {
@@ -103,6 +84,9 @@ CASES = {
     "upstream v1alpha2 pool": {"inferencePool": {"apiVersion": "inference.networking.x-k8s.io/v1alpha2",
                                                  "targetPortNumber": 8080,
                                                  "modelServers": {"matchLabels": {"app": "vllm"}}}},
+    "leader election": {"leaderElection": {"enabled": True}, "replicas": 3,
+                        "podDisruptionBudget": {"enabled": True, "minAvailable": 2}},
+    "upstream replicas": {"inferenceExtension": {"replicas": 3}, "endpoints": ["10.0.0.1:8000"]},
     "no rbac, own token setting": {"rbac": {"create": False}, "serviceAccount": {"automountServiceAccountToken": True}},
     # Every other example the chart ships, so each is loaded by a real epp too.
     **{f"example {e}": {"config": {"example": e}} for e in EXAMPLES if e != "default"},
@@ -119,55 +103,11 @@ REFUSED = {
     "unknown upstream key": ({"inferenceExtension": {"replica": 2}}, "additional properties 'replica'"),
 }
 
-# A strict subset of the prometheus-operator ServiceMonitor CRD (no CRD schemas ship with
-# kubernetes-validate): the fields this chart renders, with the CRD's own types and patterns.
-PROM_DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
-STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
-SERVICE_MONITOR_SCHEMA = {
-    "type": "object", "additionalProperties": False, "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": "ServiceMonitor"},
-        "metadata": {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
-            "name": {"type": "string"}, "namespace": {"type": "string"}, "labels": STRING_MAP}},
-        "spec": {"type": "object", "additionalProperties": False, "required": ["selector"], "properties": {
-            "namespaceSelector": {"type": "object", "additionalProperties": False, "properties": {
-                "any": {"type": "boolean"}, "matchNames": {"type": "array", "items": {"type": "string"}}}},
-            "selector": {"type": "object", "additionalProperties": False,
-                         "properties": {"matchLabels": STRING_MAP, "matchExpressions": {"type": "array"}}},
-            "endpoints": {"type": "array", "items": {"type": "object", "additionalProperties": False, "properties": {
-                "port": {"type": "string"}, "path": {"type": "string"}, "scheme": {"enum": ["http", "https"]},
-                "interval": {"type": "string", "pattern": PROM_DURATION},
-                "scrapeTimeout": {"type": "string", "pattern": PROM_DURATION}}}}}}},
-}
-
-# Strict subsets of the InferencePool CRDs (kubernetes-sigs/gateway-api-inference-extension:
-# config/crd/bases): the fields this chart renders, with the CRDs' types and enums.
-OBJECT_META = {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
-    "name": {"type": "string"}, "namespace": {"type": "string"}, "labels": STRING_MAP}}
-PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
-FAILURE_MODE = {"enum": ["FailOpen", "FailClose"]}
-INFERENCE_POOL_SCHEMAS = {
-    "inference.networking.k8s.io/v1": {"type": "object", "properties": {"spec": {
-        "type": "object", "additionalProperties": False, "required": ["selector", "targetPorts", "endpointPickerRef"],
-        "properties": {
-            "selector": {"type": "object", "additionalProperties": False, "required": ["matchLabels"],
-                         "properties": {"matchLabels": {**STRING_MAP, "minProperties": 1}}},
-            "targetPorts": {"type": "array", "minItems": 1, "maxItems": 8, "items": {
-                "type": "object", "additionalProperties": False, "required": ["number"],
-                "properties": {"number": PORT}}},
-            "endpointPickerRef": {"type": "object", "additionalProperties": False, "required": ["name", "port"],
-                                  "properties": {"name": {"type": "string"}, "failureMode": FAILURE_MODE,
-                                                 "port": {"type": "object", "additionalProperties": False,
-                                                          "required": ["number"],
-                                                          "properties": {"number": PORT}}}}}}}},
-    "inference.networking.x-k8s.io/v1alpha2": {"type": "object", "properties": {"spec": {
-        "type": "object", "additionalProperties": False, "required": ["selector", "targetPortNumber", "extensionRef"],
-        "properties": {
-            "selector": {**STRING_MAP, "minProperties": 1}, "targetPortNumber": PORT,
-            "extensionRef": {"type": "object", "additionalProperties": False, "required": ["name"],
-                             "properties": {"name": {"type": "string"}, "portNumber": PORT,
-                                            "failureMode": FAILURE_MODE}}}}}},
-}
+# Strict subsets of the ServiceMonitor and InferencePool CRDs (no CRD schemas ship with kubernetes-validate).
+CRD_SUBSETS = yaml.safe_load((ROOT / "deploy" / "helm" / "check" / "crd-subsets.yaml").read_text())
+SERVICE_MONITOR_SCHEMA = CRD_SUBSETS["ServiceMonitor"]
+INFERENCE_POOL_SCHEMAS = CRD_SUBSETS["InferencePool"]
+OBJECT_META = CRD_SUBSETS["objectMeta"]
 # The one list of the API calls epp makes, by feature (the chart's Role is built from it).
 API_CALLS = yaml.safe_load((CHART / "api-calls.yaml").read_text())
 
@@ -214,27 +154,26 @@ def render(chart, values):
     return out
 
 
+def crd_schema(doc):
+    """The strict CRD subset a custom resource is validated with; None for Kubernetes' own kinds."""
+    if doc["kind"] == "ServiceMonitor":
+        return SERVICE_MONITOR_SCHEMA
+    if doc["kind"] != "InferencePool":
+        return None
+    spec = INFERENCE_POOL_SCHEMAS.get(doc["apiVersion"])
+    expect(spec is not None, f"InferencePool apiVersion {doc['apiVersion']}")
+    return {**spec, "required": ["apiVersion", "kind", "metadata", "spec"], "additionalProperties": False,
+            "properties": {**spec["properties"], "apiVersion": {"const": doc["apiVersion"]},
+                           "kind": {"const": "InferencePool"}, "metadata": OBJECT_META}}
+
+
 def validate_schemas(docs):
     for doc in docs:
-        if doc["kind"] == "InferencePool":
-            schema = INFERENCE_POOL_SCHEMAS.get(doc["apiVersion"])
-            expect(schema is not None, f"InferencePool apiVersion {doc['apiVersion']}")
-            schema = {**schema, "required": ["apiVersion", "kind", "metadata", "spec"],
-                      "additionalProperties": False,
-                      "properties": {**schema["properties"], "apiVersion": {"const": doc["apiVersion"]},
-                                     "kind": {"const": "InferencePool"}, "metadata": OBJECT_META}}
+        if (schema := crd_schema(doc)) is not None:
             try:
                 jsonschema.validate(doc, schema)
             except jsonschema.ValidationError as e:
-                path = "/".join(str(p) for p in e.absolute_path)
-                raise CheckFailed(f"InferencePool: {path}: {e.message}")
-            continue
-        if doc["kind"] == "ServiceMonitor":
-            try:
-                jsonschema.validate(doc, SERVICE_MONITOR_SCHEMA)
-            except jsonschema.ValidationError as e:
-                path = "/".join(str(p) for p in e.absolute_path)
-                raise CheckFailed(f"ServiceMonitor: {path}: {e.message}")
+                raise CheckFailed(f"{doc['kind']}: {'/'.join(map(str, e.absolute_path))}: {e.message}")
             continue
         for version in KUBE_VERSIONS:
             try:
@@ -323,7 +262,8 @@ def check_case(docs, notes, merged, app_version):
         args[flag] = value
     ports = merged["ports"]
     config_path = "/config/config.yaml"
-    want = {"--grpc-port": str(eff.grpc_port), "--pool-group": eff.pool_group, "--grpc-health-port": str(ports["health"]),
+    want = {"--grpc-port": str(eff.grpc_port), "--pool-group": eff.pool_group,
+            "--grpc-health-port": str(ports["health"]),
             "--metrics-port": str(ports["metrics"]), "--config-file": config_path,
             "--pool-name": merged["pool"]["name"] or RELEASE,
             "--secure-serving": str(merged["secureServing"]).lower(),
@@ -398,18 +338,13 @@ def check_case(docs, notes, merged, app_version):
         pool_doc = by_kind["InferencePool"]
         expect(pool_doc["metadata"]["name"] == args["--pool-name"], "InferencePool name != --pool-name")
         expect(pool_doc["apiVersion"].split("/")[0] == args["--pool-group"], "InferencePool group != --pool-group")
-        ps = pool_doc["spec"]
-        if "endpointPickerRef" in ps:
-            ref = ps["endpointPickerRef"]
-            expect(ps["selector"]["matchLabels"] == eff.match_labels, "InferencePool selector")
-            expect([p["number"] for p in ps["targetPorts"]] == eff.target_ports, "InferencePool targetPorts")
-            expect((ref["name"], ref["port"]["number"]) == (svc["metadata"]["name"], eff.grpc_port),
-                   "endpointPickerRef does not point at the ext_proc Service port")
-        else:
-            ref = ps["extensionRef"]
-            expect(ps["selector"] == eff.match_labels and [ps["targetPortNumber"]] == eff.target_ports[:1],
-                   "v1alpha2 selector / targetPortNumber")
-            expect((ref["name"], ref["portNumber"]) == (svc["metadata"]["name"], eff.grpc_port), "extensionRef")
+        ps, v1 = pool_doc["spec"], pool_doc["apiVersion"].endswith("/v1")
+        ref = ps["endpointPickerRef"] if v1 else ps["extensionRef"]
+        expect((ps["selector"]["matchLabels"] if v1 else ps["selector"]) == eff.match_labels, "pool selector")
+        ports = [p["number"] for p in ps["targetPorts"]] if v1 else [ps["targetPortNumber"]]
+        expect(ports == (eff.target_ports if v1 else eff.target_ports[:1]), f"pool target ports {ports}")
+        expect((ref["name"], ref["port"]["number"] if v1 else ref["portNumber"]) == (svc["metadata"]["name"],
+               eff.grpc_port), "the pool's endpoint picker reference is not the ext_proc Service port")
         expect(ref["failureMode"] == eff.failure_mode, f"failureMode {ref['failureMode']}")
     env = {e["name"]: e for e in container["env"]}
     expect(env["NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", "NAMESPACE env")
