@@ -3,7 +3,10 @@
 //! [`Server::start`] binds every port before returning, so tests run the real server on 127.0.0.1:0
 //! and read the bound addresses back. The background tasks live in [`tasks`].
 
+mod parts;
 mod tasks;
+
+use parts::{configured_detector, engine_set, load_config, metrics_scheme, static_endpoints};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,9 +19,9 @@ use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 
 use crate::cli::Cli;
-use crate::config::{self, LoadedConfig};
+use crate::config;
+use crate::datastore::Datastore;
 use crate::datastore::SubsetMatch;
-use crate::datastore::{Datastore, Endpoint};
 use crate::director::{Director, DirectorMetrics, DirectorOptions, RequestMetrics, RewriteRule};
 use crate::discovery::{Discovery, DiscoveryMetrics, LeaderElection, MetricsTarget, RemovedHook};
 use crate::extproc::{health, tls, ExtProcService, OverheadMetrics, StreamLimits};
@@ -69,53 +72,6 @@ impl std::fmt::Debug for Server {
     }
 }
 
-fn load_config(cli: &Cli, registry: &Registry, ctx: &FactoryContext) -> anyhow::Result<LoadedConfig> {
-    let loaded = match (&cli.config_file, &cli.config_text) {
-        (Some(path), _) => config::load_file(path, registry, ctx)?,
-        (None, Some(text)) => config::load(text, registry, ctx).context("--config-text")?,
-        (None, None) => config::load_default(registry, ctx)?,
-    };
-    Ok(loaded)
-}
-
-/// The engine mappings from the `core-metrics-extractor` parameters (built-in defaults when absent).
-fn engine_set(loaded: &LoadedConfig) -> anyhow::Result<telemetry::EngineSet> {
-    let Some(raw) = &loaded.extractor_params else { return Ok(telemetry::EngineSet::builtin()) };
-    let params: telemetry::ExtractorParams =
-        crate::scheduling::parse_params("core-metrics-extractor", "core-metrics-extractor", Some(raw))?;
-    telemetry::EngineSet::from_params(&params).context("core-metrics-extractor parameters")
-}
-
-/// The data source's scrape scheme.
-fn metrics_scheme(loaded: &LoadedConfig) -> &'static str {
-    match loaded.data_source.scheme {
-        config::MetricsScheme::Http => "http",
-        config::MetricsScheme::Https => "https",
-    }
-}
-
-fn static_endpoints(cli: &Cli, loaded: &LoadedConfig) -> Vec<Endpoint> {
-    let mut out: Vec<Endpoint> = Vec::new();
-    for addr in &cli.endpoints {
-        out.push(Endpoint::new(crate::datastore::format_host_port(*addr), *addr));
-    }
-    for e in &loaded.endpoints {
-        if out.iter().any(|o| o.addr == e.address) {
-            continue;
-        }
-        let name =
-            if e.name.is_empty() { crate::datastore::format_host_port(e.address) } else { e.name.clone() };
-        out.push(Endpoint::new(name, e.address).with_labels(e.labels.clone()));
-    }
-    let (scheme, path) = (metrics_scheme(loaded), &loaded.data_source.path);
-    out.into_iter()
-        .map(|e| {
-            let url = format!("{scheme}://{}{path}", e.host_port);
-            e.with_metrics_url(url)
-        })
-        .collect()
-}
-
 /// Replacements for parts the configuration would otherwise build (tests and embedders).
 #[derive(Default, Clone)]
 pub struct ServerHooks {
@@ -128,16 +84,6 @@ impl std::fmt::Debug for ServerHooks {
         let name = self.saturation_detector.as_ref().map(|(n, _)| n.as_str());
         f.debug_struct("ServerHooks").field("saturation_detector", &name).finish()
     }
-}
-
-/// The configured saturation detector: `saturationDetector.pluginRef`'s plugin, if it fills that role.
-fn configured_detector(loaded: &LoadedConfig) -> Option<(String, Arc<dyn SaturationDetector>)> {
-    let name = loaded.saturation_detector.as_deref()?;
-    let detector = loaded.pipeline.plugin(name).and_then(|p| p.saturation_detector.clone());
-    if detector.is_none() {
-        tracing::warn!(plugin = name, "saturationDetector.pluginRef names a plugin without a detector role");
-    }
-    detector.map(|d| (name.to_string(), d))
 }
 
 impl Server {
@@ -167,7 +113,13 @@ impl Server {
             path: loaded.data_source.path.clone(),
             port: cli.model_server_metrics_port.filter(|port| *port != 0),
         };
-        let discovery = match cli.discovery_config(!statics.is_empty(), target)? {
+        if cli.endpoints_file.is_some() && !statics.is_empty() {
+            anyhow::bail!("--endpoints-file and the config's `endpoints:` are mutually exclusive");
+        }
+        let file_target = target.clone();
+        let discovery = match cli
+            .discovery_config(!statics.is_empty() || cli.endpoints_file.is_some(), target)?
+        {
             None => {
                 let changes = datastore.set_endpoints(statics);
                 pipeline.on_endpoints_removed(&changes.removed);
@@ -272,6 +224,16 @@ impl Server {
             ..Default::default()
         };
         tasks.push(telemetry::spawn_scrapers(datastore.clone(), scrape, shutdown_rx.clone())?);
+        let file_sink = || crate::discovery::file::Sink {
+            datastore: datastore.clone(),
+            on_removed: Arc::new({
+                let pipeline = pipeline.clone();
+                move |removed| pipeline.on_endpoints_removed(removed)
+            }),
+            target: file_target,
+            metrics: DiscoveryMetrics::register(&metrics),
+        };
+        tasks.extend(tasks::start_file_discovery(&cli, file_sink, shutdown_rx.clone())?);
         tasks.push(tasks::spawn_health_refresh(datastore.clone(), health, shutdown_rx.clone()));
         tasks.push(tasks::spawn_pool_gauges(
             datastore.clone(),

@@ -110,6 +110,15 @@ pub struct Cli {
     /// This pod's name ($POD_NAME): standalone mode derives the pool name from it, as upstream does.
     #[arg(long, env = "POD_NAME", hide = true)]
     pub pod_name: Option<String>,
+    /// File discovery (llm-d-router's `file-discovery` format): the pool's endpoints from this YAML or
+    /// JSON file (`endpoints: [{name, namespace, address (IPv4), port ("8000"), labels}]`). Excludes static
+    /// endpoints and Kubernetes discovery; any error in it stops start-up.
+    #[arg(long, conflicts_with_all = ["endpoint_selector", "endpoints"])]
+    pub endpoints_file: Option<PathBuf>,
+    /// File discovery: reload the file when it changes (read again every second; survives atomic renames
+    /// and ConfigMap symlink swaps), skipping invalid entries.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub endpoints_file_watch: bool,
     /// Static endpoints, `ip:port,ip:port` (also possible in the config file).
     #[arg(long, value_delimiter = ',')]
     pub endpoints: Vec<SocketAddr>,

@@ -12,6 +12,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::cli::Cli;
 use crate::datastore::Datastore;
+use crate::discovery::file::{self, Sink};
 use crate::extproc::health;
 use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
@@ -134,3 +135,18 @@ pub(super) fn spawn_metrics_server(
         }
     })
 }
+
+/// File discovery (`--endpoints-file`): the first load happens here, so a bad file stops start-up; with
+/// `--endpoints-file-watch` the returned task reloads it every second until `stop`.
+pub(super) fn start_file_discovery(
+    cli: &Cli,
+    sink: impl FnOnce() -> Sink,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
+    let Some(path) = &cli.endpoints_file else { return Ok(None) };
+    let period = cli.endpoints_file_watch.then_some(FILE_POLL_PERIOD);
+    Ok(file::start(path.clone(), sink(), period, stop)?)
+}
+
+/// How often a watched endpoints file is read again.
+const FILE_POLL_PERIOD: Duration = Duration::from_secs(1);

@@ -12,6 +12,9 @@
 //! endpoints. [`Discovery::synced`] turns true at the first successful sync of an existing pool, which is
 //! when epp may report ready.
 //!
+//! A third source needs no cluster: [`file`] reads the endpoints from a file (llm-d-router's
+//! `file-discovery` format), optionally reloading it on change.
+//!
 //! [`LeaderElection`] (`--ha-enable-leader-election`) lives here too: it is the other client of the same
 //! API server, with the same client configuration and errors.
 //!
@@ -19,6 +22,7 @@
 //! families in the metrics registry; `app` wires it and hands it the pipeline's removal hook.
 
 mod client;
+pub mod file;
 mod leader;
 mod metrics;
 mod pods;
