@@ -63,7 +63,6 @@ UPSTREAM_SETS = ["inferencePool.modelServers.matchLabels.app=vllm-llama3-8b-inst
                  "inferenceExtension.latencyPredictor.enabled=true"]
 # An upstream-layout values file, keys epp ignores among the mapped ones.
 UPSTREAM_VALUES = yaml.safe_load((ROOT / "deploy" / "helm" / "check" / "upstream-values.yaml").read_text())
-
 # Value sets that must render and pass every check.
 CASES = {
     "defaults": {},
@@ -207,7 +206,8 @@ class Effective:
         config_file = ie.get("pluginsConfigFile") or (next(iter(custom)) if len(custom) == 1 else "")
         self.config = custom.get(config_file) or merged["config"]["text"] or \
             (CHART / "configs" / f"{merged['config']['example']}.yaml").read_text()
-        self.static = bool(merged["endpoints"]) or bool(re.search(r"(?m)^endpoints:", self.config))
+        self.static = bool(merged["endpoints"] or re.search(r"(?m)^endpoints:", self.config)
+                           or "endpoints-file" in self.flags)
         self.calls_api = not self.static or self.leader_election
         self.pool_group = (pool.get("apiVersion") or merged["pool"]["group"]).split("/")[0]
         self.match_labels = (pool.get("modelServers") or {}).get("matchLabels") or {}

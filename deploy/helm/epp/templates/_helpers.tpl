@@ -117,9 +117,13 @@ shutdown-grace-period: shutdownGracePeriod
 {{- end }}
 {{- end }}
 
-{{/* "true" when the pool is static (endpoints, or the config's `endpoints:`): epp then never calls the API. */}}
+{{/*
+"true" when the pool does not come from Kubernetes (endpoints, the config's `endpoints:`, or file
+discovery through flags.endpoints-file): epp then never calls the API for discovery.
+*/}}
 {{- define "epp.staticEndpoints" -}}
-{{- if or .Values.endpoints (regexMatch "(?m)^endpoints:" (include "epp.configText" .)) }}true{{ end }}
+{{- $fromFile := hasKey (include "epp.flags" . | fromYaml) "endpoints-file" }}
+{{- if or .Values.endpoints (regexMatch "(?m)^endpoints:" (include "epp.configText" .)) $fromFile }}true{{ end }}
 {{- end }}
 
 {{/* "true" when epp calls the Kubernetes API: discovery (no static endpoints) or leader election. */}}
