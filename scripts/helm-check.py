@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Checks the Helm chart in deploy/helm/epp without a cluster or a helm binary.
 
-For each value set below it renders the chart with helm-python-sdk (Helm v4's own Go template engine and
-values-schema check, called through its C library), validates every manifest against the Kubernetes
-OpenAPI schemas (kubernetes-validate, strict: an unknown field is an error) of the chart's oldest
-Kubernetes (1.27) and the newest the pinned kubernetes-validate ships, and asserts what the chart promises: the epp flags, gRPC probes on the
-health port, ports, the config mount, security settings, resources, the image. Value sets that must be
-refused are checked to fail with their message. When a debug build of epp exists, epp is started with
-each rendered argument list and rendered config (ports set to 0, paths moved to a temp dir) and must
-reach "epp serving" and exit cleanly on SIGTERM: the flags and configs the chart renders are ones epp
-accepts, not just well-formed YAML.
+For each value set below it renders the chart with helm-python-sdk (Helm v4's own template engine and
+values-schema check, through its C library), validates every manifest strictly (an unknown field is an
+error) against the Kubernetes OpenAPI schemas of 1.27 (the chart's floor) and of the newest version the
+pinned kubernetes-validate ships, custom resources against strict CRD subsets
+(deploy/helm/check/crd-subsets.yaml), and asserts what the chart promises: flags, probes, ports, the
+config, security, resources, the image, RBAC rules exactly the API calls of the mode (the list in
+deploy/helm/epp/api-calls.yaml, which tests/discovery_rbac.rs checks epp's real calls against), the
+InferencePool. Upstream-layout values are rendered too, one set from `helm upgrade --install --set ...`
+expressions parsed by Helm's own --set parser. Refused value sets must fail with their message. Given a
+debug build of epp, epp is started with each rendered argument list and config (ports 0, paths moved to a
+temp dir) and must reach "epp serving" and exit cleanly on SIGTERM. Without a cluster, discovery and
+leader election retry in the background (epp stays NOT_SERVING): that does not stop it serving its ports.
 
 Usage:  make helm-check            (installs helm-python-sdk and kubernetes-validate into .venv first)
         .venv/bin/python scripts/helm-check.py [-v]
@@ -55,6 +58,11 @@ schedulingProfiles:
   - pluginRef: random-picker
 """
 
+# `helm upgrade --install epp deploy/helm/epp --set ...` as the upstream chart's README installs a pool.
+UPSTREAM_SETS = ["inferencePool.modelServers.matchLabels.app=vllm-llama3-8b-instruct",
+                 "inferenceExtension.latencyPredictor.enabled=true"]
+# An upstream-layout values file, keys epp ignores among the mapped ones.
+UPSTREAM_VALUES = yaml.safe_load((ROOT / "deploy" / "helm" / "check" / "upstream-values.yaml").read_text())
 # Value sets that must render and pass every check.
 CASES = {
     "defaults": {},
@@ -70,6 +78,15 @@ CASES = {
                           "fullnameOverride": "picker", "shutdownGracePeriod": "60s",
                           "terminationGracePeriodSeconds": 75,
                           "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}}},
+    "upstream --set": helm.parse_set_string(",".join(UPSTREAM_SETS)),
+    "upstream values": UPSTREAM_VALUES,
+    "upstream v1alpha2 pool": {"inferencePool": {"apiVersion": "inference.networking.x-k8s.io/v1alpha2",
+                                                 "targetPortNumber": 8080,
+                                                 "modelServers": {"matchLabels": {"app": "vllm"}}}},
+    "leader election": {"leaderElection": {"enabled": True}, "replicas": 3,
+                        "podDisruptionBudget": {"enabled": True, "minAvailable": 2}},
+    "upstream replicas": {"inferenceExtension": {"replicas": 3}, "endpoints": ["10.0.0.1:8000"]},
+    "no rbac, own token setting": {"rbac": {"create": False}, "serviceAccount": {"automountServiceAccountToken": True}},
     # Every other example the chart ships, so each is loaded by a real epp too.
     **{f"example {e}": {"config": {"example": e}} for e in EXAMPLES if e != "default"},
 }
@@ -81,28 +98,17 @@ REFUSED = {
     "unknown example": ({"config": {"example": "nope"}}, 'config.example "nope": no such example'),
     "flag the chart sets": ({"flags": {"grpc-port": 1}}, "use ports.grpc instead"),
     "bad duration": ({"shutdownGracePeriod": "soon"}, "shutdownGracePeriod"),
+    "replicas without leader election": ({"replicas": 2}, "replicas=2 needs leaderElection.enabled"),
+    "unknown upstream key": ({"inferenceExtension": {"replica": 2}}, "additional properties 'replica'"),
 }
 
-# A strict subset of the prometheus-operator ServiceMonitor CRD (no CRD schemas ship with
-# kubernetes-validate): the fields this chart renders, with the CRD's own types and patterns.
-PROM_DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
-STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
-SERVICE_MONITOR_SCHEMA = {
-    "type": "object", "additionalProperties": False, "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": "ServiceMonitor"},
-        "metadata": {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
-            "name": {"type": "string"}, "namespace": {"type": "string"}, "labels": STRING_MAP}},
-        "spec": {"type": "object", "additionalProperties": False, "required": ["selector"], "properties": {
-            "namespaceSelector": {"type": "object", "additionalProperties": False, "properties": {
-                "any": {"type": "boolean"}, "matchNames": {"type": "array", "items": {"type": "string"}}}},
-            "selector": {"type": "object", "additionalProperties": False,
-                         "properties": {"matchLabels": STRING_MAP, "matchExpressions": {"type": "array"}}},
-            "endpoints": {"type": "array", "items": {"type": "object", "additionalProperties": False, "properties": {
-                "port": {"type": "string"}, "path": {"type": "string"}, "scheme": {"enum": ["http", "https"]},
-                "interval": {"type": "string", "pattern": PROM_DURATION},
-                "scrapeTimeout": {"type": "string", "pattern": PROM_DURATION}}}}}}},
-}
+# Strict subsets of the ServiceMonitor and InferencePool CRDs (no CRD schemas ship with kubernetes-validate).
+CRD_SUBSETS = yaml.safe_load((ROOT / "deploy" / "helm" / "check" / "crd-subsets.yaml").read_text())
+SERVICE_MONITOR_SCHEMA = CRD_SUBSETS["ServiceMonitor"]
+INFERENCE_POOL_SCHEMAS = CRD_SUBSETS["InferencePool"]
+OBJECT_META = CRD_SUBSETS["objectMeta"]
+# The one list of the API calls epp makes, by feature (the chart's Role is built from it).
+API_CALLS = yaml.safe_load((CHART / "api-calls.yaml").read_text())
 
 
 class CheckFailed(Exception):
@@ -147,14 +153,26 @@ def render(chart, values):
     return out
 
 
+def crd_schema(doc):
+    """The strict CRD subset a custom resource is validated with; None for Kubernetes' own kinds."""
+    if doc["kind"] == "ServiceMonitor":
+        return SERVICE_MONITOR_SCHEMA
+    if doc["kind"] != "InferencePool":
+        return None
+    spec = INFERENCE_POOL_SCHEMAS.get(doc["apiVersion"])
+    expect(spec is not None, f"InferencePool apiVersion {doc['apiVersion']}")
+    return {**spec, "required": ["apiVersion", "kind", "metadata", "spec"], "additionalProperties": False,
+            "properties": {**spec["properties"], "apiVersion": {"const": doc["apiVersion"]},
+                           "kind": {"const": "InferencePool"}, "metadata": OBJECT_META}}
+
+
 def validate_schemas(docs):
     for doc in docs:
-        if doc["kind"] == "ServiceMonitor":
+        if (schema := crd_schema(doc)) is not None:
             try:
-                jsonschema.validate(doc, SERVICE_MONITOR_SCHEMA)
+                jsonschema.validate(doc, schema)
             except jsonschema.ValidationError as e:
-                path = "/".join(str(p) for p in e.absolute_path)
-                raise CheckFailed(f"ServiceMonitor: {path}: {e.message}")
+                raise CheckFailed(f"{doc['kind']}: {'/'.join(map(str, e.absolute_path))}: {e.message}")
             continue
         for version in KUBE_VERSIONS:
             try:
@@ -164,8 +182,55 @@ def validate_schemas(docs):
                 raise CheckFailed(f"{doc['kind']} {doc['metadata']['name']} (k8s {version}): {path}: {e.message}")
 
 
+class Effective:
+    """What a value set means once the upstream layout (inferenceExtension.*, inferencePool.*) is mapped
+    onto the native values, computed here independently of the templates' helpers."""
+
+    def __init__(self, merged, app_version):
+        ie = merged.get("inferenceExtension") or {}
+        pool = merged.get("inferencePool") or {}
+        self.replicas = ie.get("replicas", merged["replicas"])
+        self.leader_election = merged["leaderElection"]["enabled"] or ie.get("replicas", 1) > 1
+        image = ie.get("image") or {}
+        repo = merged["image"]["repository"]
+        if image.get("hub") and image.get("name"):
+            repo = f"{image['hub']}/{image['name']}"
+        elif image.get("registry") and image.get("repository"):
+            repo = f"{image['registry']}/{image['repository']}"
+        elif image.get("repository"):
+            repo = image["repository"]
+        self.image = f"{repo}:{image.get('tag') or merged['image']['tag'] or app_version}"
+        self.grpc_port = ie.get("extProcPort") or merged["ports"]["grpc"]
+        self.flags = {**merged["flags"], **(ie.get("flags") or {})}
+        custom = ie.get("pluginsCustomConfig") or {}
+        config_file = ie.get("pluginsConfigFile") or (next(iter(custom)) if len(custom) == 1 else "")
+        self.config = custom.get(config_file) or merged["config"]["text"] or \
+            (CHART / "configs" / f"{merged['config']['example']}.yaml").read_text()
+        self.static = bool(merged["endpoints"] or re.search(r"(?m)^endpoints:", self.config)
+                           or "endpoints-file" in self.flags)
+        self.calls_api = not self.static or self.leader_election
+        self.pool_group = (pool.get("apiVersion") or merged["pool"]["group"]).split("/")[0]
+        self.match_labels = (pool.get("modelServers") or {}).get("matchLabels") or {}
+        self.target_ports = [pool["targetPortNumber"]] if pool.get("targetPortNumber") else \
+            [p["number"] for p in pool.get("targetPorts") or []]
+        self.failure_mode = ie.get("failureMode") or "FailOpen"
+        prom = (ie.get("monitoring") or {}).get("prometheus") or {}
+        self.service_monitor = merged["serviceMonitor"]["enabled"] or bool(prom.get("enabled"))
+        self.sm_labels = {**merged["serviceMonitor"]["labels"], **(prom.get("extraLabels") or {})}
+        self.resources = ie.get("resources") or merged["resources"]
+        self.env = merged["env"] + (ie.get("env") or [])
+        token = merged["serviceAccount"]["automountServiceAccountToken"]
+        self.automount = token if isinstance(token, bool) else self.calls_api
+        features = ([] if self.static else ["discovery", "inferencePool"]) + \
+            (["leaderElection"] if self.leader_election else [])
+        self.rules = [{"apiGroups": [self.pool_group if c["group"] == "POOL_GROUP" else c["group"]],
+                       "resources": [c["resource"]], "verbs": c["verbs"]}
+                      for f in features for c in API_CALLS[f]] if merged["rbac"]["create"] else []
+
+
 def check_case(docs, notes, merged, app_version):
     """The chart's promises, checked against the merged values the render used."""
+    eff = Effective(merged, app_version)
     by_kind = {}
     for doc in docs:
         expect(doc["kind"] not in by_kind, f"two {doc['kind']} objects")
@@ -173,18 +238,21 @@ def check_case(docs, notes, merged, app_version):
         by_kind[doc["kind"]] = doc
     wanted = {"Deployment", "Service", "ConfigMap"}
     wanted |= {"ServiceAccount"} if merged["serviceAccount"]["create"] else set()
-    wanted |= {"ServiceMonitor"} if merged["serviceMonitor"]["enabled"] else set()
+    wanted |= {"ServiceMonitor"} if eff.service_monitor else set()
+    wanted |= {"Role", "RoleBinding"} if eff.rules else set()
+    wanted |= {"InferencePool"} if eff.match_labels else set()
     wanted |= {"PodDisruptionBudget"} if merged["podDisruptionBudget"]["enabled"] else set()
     expect(set(by_kind) == wanted, f"kinds {sorted(by_kind)} != {sorted(wanted)}")
     deploy, svc, cm = by_kind["Deployment"], by_kind["Service"], by_kind["ConfigMap"]
     spec, pod = deploy["spec"], deploy["spec"]["template"]["spec"]
-    expect(spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}, "not replicas 1 / Recreate")
+    expect(spec["replicas"] == eff.replicas and spec["strategy"] == {"type": "Recreate"},
+           f"not replicas {eff.replicas} / Recreate")
+    expect(eff.replicas <= 1 or eff.leader_election, "several replicas without leader election")
     expect(spec["selector"]["matchLabels"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items(),
            "Deployment selector does not select its pods")
     [container] = pod["containers"]
 
-    tag = merged["image"]["tag"] or app_version
-    expect(container["image"] == f"{merged['image']['repository']}:{tag}", f"image {container['image']}")
+    expect(container["image"] == eff.image, f"image {container['image']}, want {eff.image}")
 
     args = {}
     for arg in container["args"]:
@@ -194,7 +262,8 @@ def check_case(docs, notes, merged, app_version):
         args[flag] = value
     ports = merged["ports"]
     config_path = "/config/config.yaml"
-    want = {"--grpc-port": str(ports["grpc"]), "--grpc-health-port": str(ports["health"]),
+    want = {"--grpc-port": str(eff.grpc_port), "--pool-group": eff.pool_group,
+            "--grpc-health-port": str(ports["health"]),
             "--metrics-port": str(ports["metrics"]), "--config-file": config_path,
             "--pool-name": merged["pool"]["name"] or RELEASE,
             "--secure-serving": str(merged["secureServing"]).lower(),
@@ -204,7 +273,10 @@ def check_case(docs, notes, merged, app_version):
         want["--endpoints"] = ",".join(merged["endpoints"])
     if merged["tls"]["secretName"]:
         want["--cert-path"] = "/etc/epp/tls"
-    for flag, value in merged["flags"].items():
+    if eff.leader_election:
+        want["--ha-enable-leader-election"] = "true"
+    expect(("--ha-enable-leader-election" in args) == eff.leader_election, "--ha-enable-leader-election")
+    for flag, value in eff.flags.items():
         want[f"--{flag}"] = str(value).lower() if isinstance(value, bool) else str(value)
     for flag, value in want.items():
         expect(args.get(flag) == value, f"{flag}: {args.get(flag)!r}, want {value!r}")
@@ -219,10 +291,10 @@ def check_case(docs, notes, merged, app_version):
         expect(container[probe]["grpc"] == {"port": ports["health"], "service": service}, f"{probe}")
         expect(service in HEALTH_SERVICES, f"epp does not answer health service {service!r}")
     cports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    expect(cports == {"grpc": ports["grpc"], "grpc-health": ports["health"], "metrics": ports["metrics"]},
+    expect(cports == {"grpc": eff.grpc_port, "grpc-health": ports["health"], "metrics": ports["metrics"]},
            f"container ports {cports}")
     sports = {p["name"]: (p["port"], p["targetPort"]) for p in svc["spec"]["ports"]}
-    expect(sports == {"grpc-ext-proc": (ports["grpc"], "grpc"), "grpc-health": (ports["health"], "grpc-health"),
+    expect(sports == {"grpc-ext-proc": (eff.grpc_port, "grpc"), "grpc-health": (ports["health"], "grpc-health"),
                       "http-metrics": (ports["metrics"], "metrics")}, f"service ports {sports}")
     expect(svc["spec"]["selector"] == spec["selector"]["matchLabels"], "Service selector != pod selector")
 
@@ -231,7 +303,7 @@ def check_case(docs, notes, merged, app_version):
     expect(mounts["config"]["mountPath"] == "/config" and mounts["config"]["readOnly"], "config mount")
     expect(volumes["config"]["configMap"]["name"] == cm["metadata"]["name"], "config volume -> ConfigMap")
     text = cm["data"]["config.yaml"]
-    source = merged["config"]["text"] or (CHART / "configs" / f"{merged['config']['example']}.yaml").read_text()
+    source = eff.config
     expect(text.strip() == source.strip(), "ConfigMap config.yaml is not the chosen config")
     expect(yaml.safe_load(text)["kind"] == "EndpointPickerConfig", "config is not an EndpointPickerConfig")
     checksum = deploy["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
@@ -242,14 +314,38 @@ def check_case(docs, notes, merged, app_version):
     else:
         expect("tls" not in volumes, "tls volume without a Secret")
 
-    expect(container["resources"] == merged["resources"], f"resources {container['resources']}")
+    expect(container["resources"] == eff.resources, f"resources {container['resources']}")
     sc = container["securityContext"]
     expect(sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
            and sc["capabilities"]["drop"] == ["ALL"], f"container securityContext {sc}")
     expect(pod["securityContext"]["runAsNonRoot"], "pod securityContext runAsNonRoot")
     if "ServiceAccount" in by_kind:
         expect(pod["serviceAccountName"] == by_kind["ServiceAccount"]["metadata"]["name"], "ServiceAccount name")
-    expect(pod["automountServiceAccountToken"] is False, "service account token mounted")
+    expect(pod["automountServiceAccountToken"] is eff.automount,
+           f"automountServiceAccountToken {pod['automountServiceAccountToken']}, want {eff.automount}")
+    if "ServiceAccount" in by_kind:
+        expect(by_kind["ServiceAccount"]["automountServiceAccountToken"] is eff.automount, "SA token mount")
+    expect([e for e in container["env"] if e["name"] not in ("NAMESPACE", "POD_NAME")] == eff.env, "env")
+    if eff.rules:
+        role, binding = by_kind["Role"], by_kind["RoleBinding"]
+        expect(role["rules"] == eff.rules, f"Role rules {role['rules']}, want exactly {eff.rules}")
+        expect(binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                      "name": role["metadata"]["name"]}, "RoleBinding roleRef")
+        expect(binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"],
+                                        "namespace": NAMESPACE}], "RoleBinding subject")
+        expect(eff.automount, "RBAC granted but no token mounted")
+    if eff.match_labels:
+        pool_doc = by_kind["InferencePool"]
+        expect(pool_doc["metadata"]["name"] == args["--pool-name"], "InferencePool name != --pool-name")
+        expect(pool_doc["apiVersion"].split("/")[0] == args["--pool-group"], "InferencePool group != --pool-group")
+        ps, v1 = pool_doc["spec"], pool_doc["apiVersion"].endswith("/v1")
+        ref = ps["endpointPickerRef"] if v1 else ps["extensionRef"]
+        expect((ps["selector"]["matchLabels"] if v1 else ps["selector"]) == eff.match_labels, "pool selector")
+        ports = [p["number"] for p in ps["targetPorts"]] if v1 else [ps["targetPortNumber"]]
+        expect(ports == (eff.target_ports if v1 else eff.target_ports[:1]), f"pool target ports {ports}")
+        expect((ref["name"], ref["port"]["number"] if v1 else ref["portNumber"]) == (svc["metadata"]["name"],
+               eff.grpc_port), "the pool's endpoint picker reference is not the ext_proc Service port")
+        expect(ref["failureMode"] == eff.failure_mode, f"failureMode {ref['failureMode']}")
     env = {e["name"]: e for e in container["env"]}
     expect(env["NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", "NAMESPACE env")
 
@@ -259,14 +355,16 @@ def check_case(docs, notes, merged, app_version):
         expect(sm["endpoints"][0]["port"] in sports and sm["endpoints"][0]["path"] == "/metrics", "SM port")
         expect(sm["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items(), "SM misses Service")
         expect(sm["namespaceSelector"]["matchNames"] == [NAMESPACE], "SM namespace")
-        expect(merged["serviceMonitor"]["labels"].items() <= by_kind["ServiceMonitor"]["metadata"]["labels"].items(),
+        expect(eff.sm_labels.items() <= by_kind["ServiceMonitor"]["metadata"]["labels"].items(),
                "serviceMonitor.labels")
     if "PodDisruptionBudget" in by_kind:
         selector = by_kind["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]
         expect(selector.items() <= pod_labels.items(), "PDB does not select the pod")
 
-    has_endpoints = bool(merged["endpoints"]) or re.search(r"(?m)^endpoints:", text)
-    expect(("WARNING: no endpoints" in notes) != bool(has_endpoints), "NOTES endpoint warning")
+    expect(("epp stays NOT_SERVING until InferencePool" in notes) == (not eff.static and not eff.match_labels),
+           "NOTES: the missing-pool note")
+    predictor = ((merged.get("inferenceExtension") or {}).get("latencyPredictor") or {}).get("enabled", False)
+    expect(("latencyPredictor.enabled is ignored" in notes) == predictor, "NOTES: the latency predictor note")
     return args, text
 
 

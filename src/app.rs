@@ -1,7 +1,12 @@
 //! Wiring: configuration → plugins → datastore → scrapers → servers, and an orderly shutdown.
 //!
 //! [`Server::start`] binds every port before returning, so tests run the real server on 127.0.0.1:0
-//! and read the bound addresses back.
+//! and read the bound addresses back. The background tasks live in [`tasks`].
+
+mod parts;
+mod tasks;
+
+use parts::{configured_detector, engine_set, load_config, metrics_scheme, static_endpoints};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,15 +16,14 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::server::TcpIncoming;
 
 use crate::cli::Cli;
-use crate::config::{self, LoadedConfig};
+use crate::config;
+use crate::datastore::Datastore;
 use crate::datastore::SubsetMatch;
-use crate::datastore::{Datastore, Endpoint};
 use crate::director::{Director, DirectorMetrics, DirectorOptions, RequestMetrics, RewriteRule};
-use crate::discovery::{Discovery, DiscoveryMetrics, MetricsTarget, RemovedHook};
+use crate::discovery::{Discovery, DiscoveryMetrics, LeaderElection, MetricsTarget, RemovedHook};
 use crate::extproc::{health, tls, ExtProcService, OverheadMetrics, StreamLimits};
 use crate::flowcontrol::{
     Admission, FlowControlMetrics, FlowController, FlowControllerParts, ObservedEndpointsDetector,
@@ -53,8 +57,10 @@ pub struct Server {
     tasks: Vec<JoinHandle<()>>,
     grpc: JoinHandle<Result<(), tonic::transport::Error>>,
     health: Arc<tonic_health::server::HealthReporter>,
-    /// Sets readiness at discovery's first sync; stopped at shutdown so it cannot undo NOT_SERVING.
-    readiness: Option<JoinHandle<()>>,
+    /// Keeps readiness equal to "synced and leading"; stopped at shutdown so it cannot undo NOT_SERVING.
+    readiness: JoinHandle<()>,
+    /// The leader-election campaign (`--ha-enable-leader-election`); its Lease is released at shutdown.
+    leader: Option<LeaderElection>,
     grace: Duration,
     /// How long NOT_SERVING is reported while streams are still accepted, before the drain.
     delay: Duration,
@@ -64,53 +70,6 @@ impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server").field("grpc_addr", &self.grpc_addr).finish()
     }
-}
-
-fn load_config(cli: &Cli, registry: &Registry, ctx: &FactoryContext) -> anyhow::Result<LoadedConfig> {
-    let loaded = match (&cli.config_file, &cli.config_text) {
-        (Some(path), _) => config::load_file(path, registry, ctx)?,
-        (None, Some(text)) => config::load(text, registry, ctx).context("--config-text")?,
-        (None, None) => config::load_default(registry, ctx)?,
-    };
-    Ok(loaded)
-}
-
-/// The engine mappings from the `core-metrics-extractor` parameters (built-in defaults when absent).
-fn engine_set(loaded: &LoadedConfig) -> anyhow::Result<telemetry::EngineSet> {
-    let Some(raw) = &loaded.extractor_params else { return Ok(telemetry::EngineSet::builtin()) };
-    let params: telemetry::ExtractorParams =
-        crate::scheduling::parse_params("core-metrics-extractor", "core-metrics-extractor", Some(raw))?;
-    telemetry::EngineSet::from_params(&params).context("core-metrics-extractor parameters")
-}
-
-/// The data source's scrape scheme.
-fn metrics_scheme(loaded: &LoadedConfig) -> &'static str {
-    match loaded.data_source.scheme {
-        config::MetricsScheme::Http => "http",
-        config::MetricsScheme::Https => "https",
-    }
-}
-
-fn static_endpoints(cli: &Cli, loaded: &LoadedConfig) -> Vec<Endpoint> {
-    let mut out: Vec<Endpoint> = Vec::new();
-    for addr in &cli.endpoints {
-        out.push(Endpoint::new(crate::datastore::format_host_port(*addr), *addr));
-    }
-    for e in &loaded.endpoints {
-        if out.iter().any(|o| o.addr == e.address) {
-            continue;
-        }
-        let name =
-            if e.name.is_empty() { crate::datastore::format_host_port(e.address) } else { e.name.clone() };
-        out.push(Endpoint::new(name, e.address).with_labels(e.labels.clone()));
-    }
-    let (scheme, path) = (metrics_scheme(loaded), &loaded.data_source.path);
-    out.into_iter()
-        .map(|e| {
-            let url = format!("{scheme}://{}{path}", e.host_port);
-            e.with_metrics_url(url)
-        })
-        .collect()
 }
 
 /// Replacements for parts the configuration would otherwise build (tests and embedders).
@@ -125,16 +84,6 @@ impl std::fmt::Debug for ServerHooks {
         let name = self.saturation_detector.as_ref().map(|(n, _)| n.as_str());
         f.debug_struct("ServerHooks").field("saturation_detector", &name).finish()
     }
-}
-
-/// The configured saturation detector: `saturationDetector.pluginRef`'s plugin, if it fills that role.
-fn configured_detector(loaded: &LoadedConfig) -> Option<(String, Arc<dyn SaturationDetector>)> {
-    let name = loaded.saturation_detector.as_deref()?;
-    let detector = loaded.pipeline.plugin(name).and_then(|p| p.saturation_detector.clone());
-    if detector.is_none() {
-        tracing::warn!(plugin = name, "saturationDetector.pluginRef names a plugin without a detector role");
-    }
-    detector.map(|d| (name.to_string(), d))
 }
 
 impl Server {
@@ -164,7 +113,13 @@ impl Server {
             path: loaded.data_source.path.clone(),
             port: cli.model_server_metrics_port.filter(|port| *port != 0),
         };
-        let discovery = match cli.discovery_config(!statics.is_empty(), target)? {
+        if cli.endpoints_file.is_some() && !statics.is_empty() {
+            anyhow::bail!("--endpoints-file and the config's `endpoints:` are mutually exclusive");
+        }
+        let file_target = target.clone();
+        let discovery = match cli
+            .discovery_config(!statics.is_empty() || cli.endpoints_file.is_some(), target)?
+        {
             None => {
                 let changes = datastore.set_endpoints(statics);
                 pipeline.on_endpoints_removed(&changes.removed);
@@ -178,6 +133,8 @@ impl Server {
                 Some(Discovery::spawn(config, datastore.clone(), on_removed, metrics))
             }
         };
+
+        let leader = cli.leader_config().map(LeaderElection::spawn);
 
         let observer: Arc<dyn Observer> = {
             let m = director_metrics.scheduler.clone();
@@ -267,8 +224,18 @@ impl Server {
             ..Default::default()
         };
         tasks.push(telemetry::spawn_scrapers(datastore.clone(), scrape, shutdown_rx.clone())?);
-        tasks.push(spawn_health_refresh(datastore.clone(), health, shutdown_rx.clone()));
-        tasks.push(spawn_pool_gauges(
+        let file_sink = || crate::discovery::file::Sink {
+            datastore: datastore.clone(),
+            on_removed: Arc::new({
+                let pipeline = pipeline.clone();
+                move |removed| pipeline.on_endpoints_removed(removed)
+            }),
+            target: file_target,
+            metrics: DiscoveryMetrics::register(&metrics),
+        };
+        tasks.extend(tasks::start_file_discovery(&cli, file_sink, shutdown_rx.clone())?);
+        tasks.push(tasks::spawn_health_refresh(datastore.clone(), health, shutdown_rx.clone()));
+        tasks.push(tasks::spawn_pool_gauges(
             datastore.clone(),
             PoolMetrics::register(&metrics),
             &cli,
@@ -287,13 +254,18 @@ impl Server {
 
         let (reporter, health_service) = tonic_health::server::health_reporter();
         // With discovery, NOT_SERVING until the first successful sync: an empty pool is not a ready epp.
-        health::set_ready(&reporter, discovery.is_none()).await;
+        // With leader election, NOT_SERVING unless this replica leads (active-passive, as upstream).
+        health::set_ready(&reporter, discovery.is_none() && leader.is_none()).await;
         let health = Arc::new(reporter);
-        let readiness = discovery.as_ref().map(|d| spawn_ready_on_sync(d.synced(), health.clone()));
+        let readiness = tasks::spawn_readiness(
+            discovery.as_ref().map(Discovery::synced),
+            leader.as_ref().map(LeaderElection::leading),
+            health.clone(),
+        );
         tasks.extend(discovery.map(Discovery::into_task));
         let (health_stop, health_stop_rx) = watch::channel(false);
-        let health_server = spawn_health_server(health_listener, health_service, health_stop_rx);
-        tasks.push(spawn_metrics_server(metrics_listener, metrics.clone(), shutdown_rx.clone()));
+        let health_server = tasks::spawn_health_server(health_listener, health_service, health_stop_rx);
+        tasks.push(tasks::spawn_metrics_server(metrics_listener, metrics.clone(), shutdown_rx.clone()));
 
         let limits = StreamLimits {
             max_request_body: cli.max_request_body_bytes,
@@ -333,6 +305,7 @@ impl Server {
             grpc,
             health,
             readiness,
+            leader,
             grace: cli.shutdown_grace_period,
             delay: cli.shutdown_delay,
         })
@@ -342,10 +315,13 @@ impl Server {
     /// NOT_SERVING before connections are refused), stops accepting, waits up to the grace period for
     /// in-flight streams, then closes the health port.
     pub async fn shutdown(self) {
-        if let Some(readiness) = &self.readiness {
-            readiness.abort();
-        }
+        self.readiness.abort();
         health::set_shutting_down(&self.health).await;
+        // Not serving any more: hand the Lease over now, so a follower leads (and gets the traffic) while
+        // this replica drains, instead of after the lease duration.
+        if let Some(leader) = self.leader {
+            leader.release().await;
+        }
         if !self.delay.is_zero() {
             tracing::info!(delay = ?self.delay, "not serving; still accepting streams for the shutdown delay");
             tokio::time::sleep(self.delay).await;
@@ -371,97 +347,18 @@ impl Server {
             abort.abort();
         }
     }
-}
 
-/// Reports ready once discovery has synced.
-fn spawn_ready_on_sync(
-    mut synced: watch::Receiver<bool>,
-    health: Arc<tonic_health::server::HealthReporter>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        if synced.wait_for(|synced| *synced).await.is_ok() {
-            health::set_ready(&health, true).await;
+    /// Stops at once, as a crash would: no drain, and the Lease is not released (the other replicas
+    /// wait for it to expire). For tests of what the others do when a replica dies.
+    pub fn abort(self) {
+        if let Some(leader) = &self.leader {
+            leader.abort();
         }
-    })
-}
-
-fn spawn_pool_gauges(
-    datastore: Arc<Datastore>,
-    metrics: Arc<PoolMetrics>,
-    cli: &Cli,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    let every = cli.refresh_prometheus_metrics_interval.max(Duration::from_millis(10));
-    let staleness = cli.metrics_staleness_threshold;
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => metrics.update_pool(&datastore.endpoints(), Instant::now(), staleness),
-                _ = stop.changed() => return,
-            }
+        self.readiness.abort();
+        self.grpc.abort();
+        self.health_server.abort();
+        for t in self.tasks {
+            t.abort();
         }
-    })
-}
-
-/// How often endpoint health states are published and their time-driven changes logged.
-const HEALTH_REFRESH: Duration = Duration::from_millis(250);
-
-fn spawn_health_refresh(
-    datastore: Arc<Datastore>,
-    health: Arc<HealthMonitor>,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(HEALTH_REFRESH);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => health.refresh(&datastore.endpoints(), Instant::now()),
-                _ = stop.changed() => return,
-            }
-        }
-    })
-}
-
-fn spawn_health_server(
-    listener: TcpListener,
-    service: tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "health server failed");
-        }
-    })
-}
-
-fn spawn_metrics_server(
-    listener: TcpListener,
-    metrics: Arc<MetricsRegistry>,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    use axum::{http::header, routing::get, Router};
-    let app = Router::new().route(
-        "/metrics",
-        get(move || {
-            let metrics = metrics.clone();
-            async move { ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], metrics.encode()) }
-        }),
-    );
-    tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "metrics server failed");
-        }
-    })
+    }
 }

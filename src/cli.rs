@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 
-use crate::discovery::{ClientSource, DiscoveryConfig, MetricsTarget, PoolSource, PoolSpec, SpecError};
+use crate::discovery::{
+    ClientSource, DiscoveryConfig, LeaderConfig, MetricsTarget, PoolSource, PoolSpec, SpecError,
+};
 use crate::metrics::DEFAULT_MAX_SERIES_PER_FAMILY;
 
 /// Discovery flags that cannot be honoured.
@@ -90,9 +92,33 @@ pub struct Cli {
     /// next one).
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub discovery_resync_period: Duration,
+    /// Active-passive HA: the replicas campaign for a coordination.k8s.io Lease
+    /// (`epp-<namespace>-<pool>.gateway-api-inference-extension.sigs.k8s.io`, as upstream names it) and
+    /// only its holder reports ready (readiness and the ext_proc health service); liveness stays serving.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub ha_enable_leader_election: bool,
+    /// Leader election: how long a Lease nobody renews stays held (controller-runtime's default; epp's
+    /// flag, upstream has none).
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub ha_lease_duration: Duration,
+    /// Leader election: how long the leader keeps leading while its renewals fail (< lease duration).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub ha_renew_deadline: Duration,
+    /// Leader election: how often to try to acquire or renew the Lease (< renew deadline).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub ha_retry_period: Duration,
     /// This pod's name ($POD_NAME): standalone mode derives the pool name from it, as upstream does.
     #[arg(long, env = "POD_NAME", hide = true)]
     pub pod_name: Option<String>,
+    /// File discovery (llm-d-router's `file-discovery` format): the pool's endpoints from this YAML or
+    /// JSON file (`endpoints: [{name, namespace, address (IPv4), port ("8000"), labels}]`). Excludes static
+    /// endpoints and Kubernetes discovery; any error in it stops start-up.
+    #[arg(long, conflicts_with_all = ["endpoint_selector", "endpoints"])]
+    pub endpoints_file: Option<PathBuf>,
+    /// File discovery: reload the file when it changes (read again every second; survives atomic renames
+    /// and ConfigMap symlink swaps), skipping invalid entries.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub endpoints_file_watch: bool,
     /// Static endpoints, `ip:port,ip:port` (also possible in the config file).
     #[arg(long, value_delimiter = ',')]
     pub endpoints: Vec<SocketAddr>,
@@ -178,7 +204,41 @@ impl Cli {
         if self.discovery_resync_period.is_zero() {
             return Err("--discovery-resync-period must be > 0".into());
         }
+        if self.ha_retry_period.is_zero()
+            || self.ha_retry_period >= self.ha_renew_deadline
+            || self.ha_renew_deadline >= self.ha_lease_duration
+        {
+            return Err(
+                "leader election needs 0 < --ha-retry-period < --ha-renew-deadline < --ha-lease-duration"
+                    .into(),
+            );
+        }
         Ok(())
+    }
+
+    /// Leader election, when `--ha-enable-leader-election` asks for it: the pool's Lease, in the pool's
+    /// namespace, held under `<pod name>_<uuid>` (controller-runtime's `<hostname>_<uuid>`).
+    pub fn leader_config(&self) -> Option<LeaderConfig> {
+        if !self.ha_enable_leader_election {
+            return None;
+        }
+        let host =
+            self.pod_name.clone().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| "epp".into());
+        let identity = format!("{host}_{}", uuid::Uuid::new_v4());
+        let lease = crate::discovery::lease_name(&self.pool_namespace, &self.pool_label());
+        let mut config =
+            LeaderConfig::new(lease, self.pool_namespace.clone(), identity, self.client_source());
+        config.lease_duration = self.ha_lease_duration;
+        config.renew_deadline = self.ha_renew_deadline;
+        config.retry_period = self.ha_retry_period;
+        Some(config)
+    }
+
+    fn client_source(&self) -> ClientSource {
+        match &self.kubeconfig {
+            Some(path) => ClientSource::Kubeconfig(path.clone()),
+            None => ClientSource::Infer,
+        }
     }
 
     /// The Kubernetes discovery the flags ask for, `None` for static endpoints. The mode rule:
@@ -202,10 +262,7 @@ impl Cli {
             _ => return Ok(None),
         };
         let mut config = DiscoveryConfig::new(source, self.pool_namespace.clone());
-        config.client = match &self.kubeconfig {
-            Some(path) => ClientSource::Kubeconfig(path.clone()),
-            None => ClientSource::Infer,
-        };
+        config.client = self.client_source();
         config.metrics_target = metrics_target;
         config.resync_period = self.discovery_resync_period;
         Ok(Some(config))
@@ -308,6 +365,22 @@ mod tests {
         ));
         let bad = ["--endpoint-selector=app", "--endpoint-target-ports=8000"];
         assert!(matches!(mode(&bad, false), Err(DiscoveryFlagError::Standalone(_))));
+    }
+
+    #[test]
+    fn leader_election_flags() {
+        assert!(Cli::parse_from(["epp"]).leader_config().is_none());
+        let c =
+            Cli::parse_from(["epp", "--ha-enable-leader-election", "--pool-name=p", "--pool-namespace=llm"]);
+        let config = c.leader_config().unwrap();
+        assert_eq!(config.lease_name, "epp-llm-p.gateway-api-inference-extension.sigs.k8s.io");
+        assert_eq!(
+            (config.lease_duration, config.retry_period),
+            (Duration::from_secs(15), Duration::from_secs(2))
+        );
+        assert_ne!(config.identity, c.leader_config().unwrap().identity, "one identity per process start");
+        let bad = Cli::parse_from(["epp", "--ha-renew-deadline=20s"]);
+        assert!(bad.validate().unwrap_err().contains("--ha-renew-deadline"));
     }
 
     #[test]

@@ -12,10 +12,18 @@
 //! endpoints. [`Discovery::synced`] turns true at the first successful sync of an existing pool, which is
 //! when epp may report ready.
 //!
+//! A third source needs no cluster: [`file`] reads the endpoints from a file (llm-d-router's
+//! `file-discovery` format), optionally reloading it on change.
+//!
+//! [`LeaderElection`] (`--ha-enable-leader-election`) lives here too: it is the other client of the same
+//! API server, with the same client configuration and errors.
+//!
 //! Discovery sits beside telemetry and health: it feeds the datastore (below it) and registers its
 //! families in the metrics registry; `app` wires it and hands it the pipeline's removal hook.
 
 mod client;
+pub mod file;
+mod leader;
 mod metrics;
 mod pods;
 mod publish;
@@ -31,6 +39,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use client::{ClientSource, DiscoveryError};
+pub use leader::{lease_name, LeaderConfig, LeaderElection};
 pub use metrics::{DiscoveryMetrics, SyncReason};
 pub use pods::{
     active_ports, desired_endpoints, is_ready, pod_endpoints, DesiredEndpoint, PodInfo,

@@ -7,11 +7,13 @@
 //! DELETED, BOOKMARK, ERROR with 410 for a compacted resourceVersion) that ends at `timeoutSeconds`.
 //! Tests change the objects, lose events on purpose, compact the log, close the watches, and make the
 //! server go away (connections reset, port refused, or accepted and never answered) and come back on
-//! the same port. [`objects`] builds
-//! pod and InferencePool objects.
+//! the same port. Objects can also be read, created and updated through the API (`GET`/`PUT` on
+//! `.../{plural}/{name}`, `POST` on the collection) with resourceVersion conflicts answered 409, as
+//! leader election's Lease needs ([`writes`]). [`objects`] builds pod, InferencePool and Lease objects.
 
 pub mod objects;
 mod store;
+mod writes;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -31,9 +33,13 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 pub use store::{Selectors, Store};
+pub use writes::WriteError;
 
 /// The core pods collection.
 pub const PODS: &str = "pods";
+
+/// The coordination.k8s.io Lease collection (leader election).
+pub const LEASES: &str = "leases.coordination.k8s.io";
 
 /// The InferencePool collection of `group` (the store's resource name; any version is served from it).
 pub fn inference_pools(group: &str) -> String {
@@ -166,8 +172,8 @@ impl FakeKubeApi {
             while let Ok((stream, _)) = listener.accept().await {
                 let (store, requests) = (store.clone(), requests.clone());
                 let service = hyper::service::service_fn(move |req| {
-                    let reply = handle(&store, &requests, &req);
-                    async move { Ok::<_, Infallible>(reply) }
+                    let (store, requests) = (store.clone(), requests.clone());
+                    async move { Ok::<_, Infallible>(handle(&store, &requests, req).await) }
                 });
                 let io = hyper_util::rt::TokioIo::new(stream);
                 lock(&conns).spawn(async move {
@@ -189,26 +195,41 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// `(resource, namespace, apiVersion)` of a collection path.
-fn collection(path: &str) -> Option<(String, String, String)> {
+/// `(resource, namespace, apiVersion, object name)` of a collection path (no name) or an object path.
+fn collection(path: &str) -> Option<(String, String, String, Option<String>)> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    match parts.as_slice() {
-        ["api", "v1", "namespaces", ns, plural] => Some((plural.to_string(), ns.to_string(), "v1".into())),
-        ["apis", group, version, "namespaces", ns, plural] => {
-            Some((format!("{plural}.{group}"), ns.to_string(), format!("{group}/{version}")))
+    let (resource, ns, api_version, name) = match parts.as_slice() {
+        ["api", "v1", "namespaces", ns, plural, rest @ ..] => {
+            (plural.to_string(), ns, "v1".to_string(), rest)
         }
+        ["apis", group, version, "namespaces", ns, plural, rest @ ..] => {
+            (format!("{plural}.{group}"), ns, format!("{group}/{version}"), rest)
+        }
+        _ => return None,
+    };
+    match name {
+        [] => Some((resource, ns.to_string(), api_version, None)),
+        [name] => Some((resource, ns.to_string(), api_version, Some(name.to_string()))),
         _ => None,
     }
 }
 
-fn handle(store: &Mutex<Store>, requests: &Mutex<Vec<String>>, req: &Request<Incoming>) -> Response<Body> {
-    let uri = req.uri();
-    lock(requests).push(format!("{} {}", req.method(), uri));
-    let query: Vec<(String, String)> = uri.query().map(url_pairs).unwrap_or_default();
-    let param = |name: &str| query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-    let Some((resource, namespace, api_version)) = collection(uri.path()) else {
+async fn handle(
+    store: &Mutex<Store>,
+    requests: &Mutex<Vec<String>>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let uri = req.uri().clone();
+    let method = req.method().clone();
+    lock(requests).push(format!("{method} {uri}"));
+    let Some((resource, namespace, api_version, name)) = collection(uri.path()) else {
         return json_reply(StatusCode::NOT_FOUND, &store::status(404, "NotFound", "no such collection"));
     };
+    if method != hyper::Method::GET || name.is_some() {
+        return object_call(store, req, &resource, &namespace, name.as_deref()).await;
+    }
+    let query: Vec<(String, String)> = uri.query().map(url_pairs).unwrap_or_default();
+    let param = |name: &str| query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     let selectors = match Selectors::parse(param("labelSelector"), param("fieldSelector")) {
         Ok(s) => s,
         Err(e) => return json_reply(StatusCode::BAD_REQUEST, &store::status(400, "BadRequest", &e)),
@@ -238,6 +259,52 @@ fn handle(store: &Mutex<Store>, requests: &Mutex<Vec<String>>, req: &Request<Inc
     let list = json!({"kind": "List", "apiVersion": api_version,
                       "metadata": {"resourceVersion": rv.to_string()}, "items": items});
     json_reply(StatusCode::OK, &list)
+}
+
+/// GET, PUT on an object, POST on a collection.
+async fn object_call(
+    store: &Mutex<Store>,
+    req: Request<Incoming>,
+    resource: &str,
+    namespace: &str,
+    name: Option<&str>,
+) -> Response<Body> {
+    let method = req.method().clone();
+    let body = match req.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(e) => {
+            return json_reply(StatusCode::BAD_REQUEST, &store::status(400, "BadRequest", &e.to_string()))
+        }
+    };
+    let object = || serde_json::from_slice::<Value>(&body).map_err(|e| e.to_string());
+    let result = match (method.as_str(), name) {
+        ("GET", Some(name)) => {
+            lock(store).get(resource, namespace, name).ok_or_else(|| WriteError::NotFound(name.into()))
+        }
+        ("POST", None) => match object() {
+            Ok(o) => writes::create(&mut lock(store), resource, namespace, o),
+            Err(e) => return json_reply(StatusCode::BAD_REQUEST, &store::status(400, "BadRequest", &e)),
+        },
+        ("PUT", Some(name)) => match object() {
+            Ok(o) => writes::update(&mut lock(store), resource, namespace, name, o),
+            Err(e) => return json_reply(StatusCode::BAD_REQUEST, &store::status(400, "BadRequest", &e)),
+        },
+        _ => {
+            let status = store::status(405, "MethodNotAllowed", "not served by the fake");
+            return json_reply(StatusCode::METHOD_NOT_ALLOWED, &status);
+        }
+    };
+    match result {
+        Ok(object) => {
+            let code = if method == hyper::Method::POST { StatusCode::CREATED } else { StatusCode::OK };
+            json_reply(code, &object)
+        }
+        Err(e) => {
+            let (code, reason) = e.status();
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            json_reply(status, &store::status(code, reason, &e.to_string()))
+        }
+    }
 }
 
 fn url_pairs(query: &str) -> Vec<(String, String)> {

@@ -1,4 +1,4 @@
-//! Pod and InferencePool objects as the API server returns them, for tests to apply to the fake.
+//! Pod, InferencePool and Lease objects as the API server returns them, for tests to apply to the fake.
 
 use serde_json::{json, Map, Value};
 
@@ -55,5 +55,15 @@ pub fn inference_pool_v1alpha2(name: &str, selector: &[(&str, &str)], target_por
         "kind": "InferencePool",
         "metadata": {"name": name},
         "spec": {"selector": map(selector), "targetPortNumber": target_port, "extensionRef": {"name": "epp"}},
+    })
+}
+
+/// A coordination.k8s.io/v1 Lease held by `holder` (empty: released).
+pub fn lease(name: &str, holder: &str, duration_secs: i32) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_secs},
     })
 }

@@ -56,7 +56,12 @@ The EndpointPickerConfig text: config.text, else the chart's copy of the chosen 
 example fails the render with the list of the known ones.
 */}}
 {{- define "epp.configText" -}}
-{{- if .Values.config.text }}
+{{- $ie := include "epp.ie" . | fromYaml }}
+{{- $custom := $ie.pluginsCustomConfig | default dict }}
+{{- $file := $ie.pluginsConfigFile | default (ternary (keys $custom | first) "" (eq (len $custom) 1)) }}
+{{- if hasKey $custom $file }}
+{{- get $custom $file }}
+{{- else if .Values.config.text }}
 {{- .Values.config.text }}
 {{- else }}
 {{- $path := printf "configs/%s.yaml" .Values.config.example }}
@@ -84,6 +89,8 @@ config-file: config.text / config.example
 config-text: config.text
 pool-name: pool.name
 pool-namespace: the release namespace
+pool-group: pool.group (or inferencePool.apiVersion)
+ha-enable-leader-election: leaderElection.enabled (or inferenceExtension.replicas > 1)
 endpoints: endpoints
 secure-serving: secureServing
 cert-path: tls.secretName
@@ -98,11 +105,57 @@ shutdown-grace-period: shutdownGracePeriod
 {{- if and .Values.tls.secretName (not .Values.secureServing) }}
 {{- fail "tls.secretName is set but secureServing is false: epp would ignore the certificate (set secureServing: true, or drop tls.secretName)" }}
 {{- end }}
+{{- if and (gt (int (include "epp.replicas" .)) 1) (not (include "epp.leaderElection" .)) }}
+{{- fail (printf "replicas=%s needs leaderElection.enabled: true (without it every replica is an independent picker with split state, all of them ready)" (include "epp.replicas" .)) }}
+{{- end }}
 {{- $managed := include "epp.managedFlags" . | fromYaml }}
-{{- range $flag, $_ := .Values.flags }}
+{{- range $flag, $_ := include "epp.flags" . | fromYaml }}
 {{- $key := trimPrefix "--" $flag }}
 {{- if hasKey $managed $key }}
 {{- fail (printf "flags.%s: the chart sets --%s itself; use %s instead" $flag $key (get $managed $key)) }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+"true" when the pool does not come from Kubernetes (endpoints, the config's `endpoints:`, or file
+discovery through flags.endpoints-file): epp then never calls the API for discovery.
+*/}}
+{{- define "epp.staticEndpoints" -}}
+{{- $fromFile := hasKey (include "epp.flags" . | fromYaml) "endpoints-file" }}
+{{- if or .Values.endpoints (regexMatch "(?m)^endpoints:" (include "epp.configText" .)) $fromFile }}true{{ end }}
+{{- end }}
+
+{{/* "true" when epp calls the Kubernetes API: discovery (no static endpoints) or leader election. */}}
+{{- define "epp.callsApi" -}}
+{{- if or (not (include "epp.staticEndpoints" .)) (include "epp.leaderElection" .) }}true{{ end }}
+{{- end }}
+
+{{/*
+The RBAC rules epp needs, from api-calls.yaml (the one list of the API calls epp makes): pods and the
+InferencePool with discovery, leases with leader election.
+*/}}
+{{- define "epp.rbacRules" -}}
+{{- $calls := .Files.Get "api-calls.yaml" | fromYaml }}
+{{- $features := list }}
+{{- if not (include "epp.staticEndpoints" .) }}
+{{- $features = concat $features (list "discovery" "inferencePool") }}
+{{- end }}
+{{- if include "epp.leaderElection" . }}
+{{- $features = append $features "leaderElection" }}
+{{- end }}
+{{- $rules := list }}
+{{- range $features }}
+{{- range (get $calls .) }}
+{{- $group := ternary (include "epp.poolGroup" $) .group (eq .group "POOL_GROUP") }}
+{{- $rules = append $rules (dict "apiGroups" (list $group) "resources" (list .resource) "verbs" .verbs) }}
+{{- end }}
+{{- end }}
+{{- toYaml (dict "rules" $rules) }}
+{{- end }}
+
+{{/* serviceAccount.automountServiceAccountToken, else whether epp calls the API. */}}
+{{- define "epp.automountToken" -}}
+{{- $set := .Values.serviceAccount.automountServiceAccountToken }}
+{{- if kindIs "bool" $set }}{{ $set }}{{ else }}{{ include "epp.callsApi" . | eq "true" }}{{ end }}
 {{- end }}
