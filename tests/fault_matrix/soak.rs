@@ -101,8 +101,11 @@ async fn soak() {
     let out_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/soak");
     std::fs::create_dir_all(&out_dir).expect("create target/soak");
     let mut csv = std::fs::File::create(out_dir.join("soak.csv")).expect("create soak.csv");
-    writeln!(csv, "seconds,requests,errors,five_xx,transport,cut,shed,rss_kib,metrics_bytes,in_flight,load1,fault")
-        .expect("write soak.csv");
+    writeln!(
+        csv,
+        "seconds,requests,errors,five_xx,transport,cut,shed,rss_kib,metrics_bytes,in_flight,load1,fault"
+    )
+    .expect("write soak.csv");
 
     let load = OpenLoop::start(url, rate, 2048);
     let started = Instant::now();
