@@ -102,3 +102,30 @@ async fn direct_envoy_streams_sse_with_usage() {
 // Start with `let Some(stack) = start_stack("<test name>", "envoy-full-duplex.yaml", 3, &[], &[]) else
 // { return };`, steer the scheduler with `set_backend_load(&client, stack.backends.ports[i], &json!(..))`
 // and send requests to `stack.url("/v1/completions")`; `x-backend-id` says which backend served.
+
+/// More requests in flight than Envoy's default circuit breaker allows a cluster (1,024): each holds an
+/// ext_proc stream to epp for its whole life, so the shipped configs raise the ext_proc cluster's limit.
+/// With Envoy's default, the requests past 1,024 got a 500 that epp never saw (found by the soak).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_than_1024_requests_in_flight_are_all_served() {
+    const REQUESTS: usize = 1_200;
+    let name = "more_than_1024_requests_in_flight_are_all_served";
+    let Some(stack) = start_stack(name, "envoy-full-duplex.yaml", 2, &[], &[]) else { return };
+    let client = http_client();
+    let url = stack.url("/v1/completions");
+    let body =
+        serde_json::to_vec(&json!({"model": "food-review", "prompt": "hello", "max_tokens": 5})).unwrap();
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..REQUESTS {
+        let (client, url, body) = (client.clone(), url.clone(), body.clone());
+        // The backend holds each request long enough for all of them to be in flight at once.
+        requests.spawn(async move {
+            post_raw(&client, &url, body, &[("x-test-delay-ms", "5000")]).await.status()
+        });
+    }
+    let mut statuses = std::collections::BTreeMap::new();
+    while let Some(status) = requests.join_next().await {
+        *statuses.entry(status.expect("request task").as_u16()).or_insert(0usize) += 1;
+    }
+    assert_eq!(statuses.get(&200), Some(&REQUESTS), "statuses: {statuses:?}");
+}
