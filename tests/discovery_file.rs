@@ -15,17 +15,13 @@ use epp::cli::Cli;
 const BOUND: Duration = Duration::from_secs(60);
 
 fn args(file: &Path, watch: bool) -> Vec<String> {
-    vec![
-        "epp".to_string(),
-        "--bind-address=127.0.0.1".into(),
-        "--grpc-port=0".into(),
-        "--grpc-health-port=0".into(),
-        "--metrics-port=0".into(),
-        "--secure-serving=false".into(),
+    let mut args = epp_testkit::loopback_epp_args();
+    args.extend([
         "--shutdown-grace-period=200ms".into(),
         format!("--endpoints-file={}", file.display()),
         format!("--endpoints-file-watch={watch}"),
-    ]
+    ]);
+    args
 }
 
 fn entries(list: &[(&str, &str)]) -> String {

@@ -74,13 +74,7 @@ async fn epp_calls_exactly_what_the_chart_grants() {
     let group = epp::discovery::GROUP_V1;
     api.apply(&inference_pools(group), NS, inference_pool(POOL, &[APP], &[8000]));
     api.apply(PODS, NS, pod("a", "127.0.0.2", &[APP], true));
-    let args = [
-        "epp".to_string(),
-        "--bind-address=127.0.0.1".into(),
-        "--grpc-port=0".into(),
-        "--grpc-health-port=0".into(),
-        "--metrics-port=0".into(),
-        "--secure-serving=false".into(),
+    let args = epp_testkit::loopback_epp_args().into_iter().chain([
         "--shutdown-grace-period=200ms".into(),
         format!("--pool-name={POOL}"),
         format!("--pool-namespace={NS}"),
@@ -88,7 +82,7 @@ async fn epp_calls_exactly_what_the_chart_grants() {
         format!("--kubeconfig={}", kubeconfig.display()),
         "--ha-enable-leader-election".into(),
         "--ha-retry-period=50ms".into(),
-    ];
+    ]);
     let epp = Server::start(Cli::parse_from(args)).await.expect("epp starts");
     // Every kind of call shows up: the lease created, then renewed (get, update), the pool and its pods
     // listed and watched.

@@ -79,20 +79,14 @@ async fn routing_follows_the_pods_of_the_pool() {
     let dir = tempfile::tempdir().expect("temp dir");
     let kubeconfig = api.write_kubeconfig(dir.path()).expect("kubeconfig");
     api.apply(PODS, NS, pod("a", IP_A, &[APP], true));
-    let args = [
-        "epp".to_string(),
-        "--bind-address=127.0.0.1".into(),
-        "--grpc-port=0".into(),
-        "--grpc-health-port=0".into(),
-        "--metrics-port=0".into(),
-        "--secure-serving=false".into(),
+    let args = epp_testkit::loopback_epp_args().into_iter().chain([
         "--refresh-metrics-interval=20ms".into(),
         "--refresh-prometheus-metrics-interval=20ms".into(),
         "--shutdown-grace-period=200ms".into(),
         format!("--pool-name={POOL}"),
         format!("--pool-namespace={NS}"),
         format!("--kubeconfig={}", kubeconfig.display()),
-    ];
+    ]);
     let epp = Server::start(Cli::parse_from(args)).await.expect("epp starts in InferencePool mode");
 
     // No pool yet: not ready, and a request has no endpoint.

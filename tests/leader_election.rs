@@ -27,13 +27,7 @@ const BOUND: Duration = Duration::from_secs(60);
 struct Timings(&'static str, &'static str);
 
 async fn replica(name: &str, kubeconfig: &Path, timings: &Timings) -> Server {
-    let args = [
-        "epp".to_string(),
-        "--bind-address=127.0.0.1".into(),
-        "--grpc-port=0".into(),
-        "--grpc-health-port=0".into(),
-        "--metrics-port=0".into(),
-        "--secure-serving=false".into(),
+    let args = epp_testkit::loopback_epp_args().into_iter().chain([
         "--shutdown-grace-period=200ms".into(),
         // Static endpoints: readiness then depends on leadership alone.
         "--endpoints=127.0.0.1:9".into(),
@@ -45,7 +39,7 @@ async fn replica(name: &str, kubeconfig: &Path, timings: &Timings) -> Server {
         format!("--ha-lease-duration={}", timings.0),
         format!("--ha-renew-deadline={}", timings.1),
         "--ha-retry-period=100ms".into(),
-    ];
+    ]);
     Server::start(Cli::parse_from(args)).await.expect("epp starts with leader election")
 }
 

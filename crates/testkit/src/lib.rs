@@ -52,6 +52,13 @@ pub fn manifest_dir() -> PathBuf {
     testkit.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or(testkit)
 }
 
+/// The flags an in-process epp (`epp::app::Server`) starts with in a test: loopback only, every port the
+/// kernel's choice, plaintext. A test appends what it is about.
+pub fn loopback_epp_args() -> Vec<String> {
+    let flags = ["--bind-address=127.0.0.1", "--grpc-port=0", "--grpc-health-port=0", "--metrics-port=0"];
+    ["epp"].into_iter().chain(flags).chain(["--secure-serving=false"]).map(String::from).collect()
+}
+
 /// A binary of this workspace, built into the same target directory as the running test executable
 /// (`target/<profile>/deps/<test>` → `target/<profile>/<name>`). Panics with the build command when it is
 /// missing, since a test cannot do without it.
