@@ -36,7 +36,7 @@ fn chat_body(bytes: usize) -> Vec<u8> {
 fn director(endpoints: usize, health: bool) -> Director {
     let datastore = Arc::new(Datastore::new("bench"));
     let registry = MetricsRegistry::new("bench");
-    let ctx = FactoryContext { datastore: datastore.clone(), metrics: PluginMetrics::register(&registry) };
+    let ctx = FactoryContext::new(datastore.clone(), PluginMetrics::register(&registry));
     let loaded = config::load_default(&Registry::with_builtins(), &ctx).expect("default config loads");
     let eps = (0..endpoints)
         .map(|i| {

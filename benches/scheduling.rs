@@ -63,6 +63,7 @@ impl Req {
             fairness_id: "",
             input_tokens: (self.body.len() / 4) as u64,
             estimated_tokens: (self.body.len() / 4 * 5 / 2) as u64,
+            slo: Default::default(),
             now: Instant::now(),
         }
     }
@@ -120,7 +121,7 @@ fn gie_default_pipeline(ctx: &FactoryContext) -> Pipeline {
 /// routing 3 requests per prefix group through the pipeline itself.
 fn setup(n: usize) -> (Arc<Datastore>, Pipeline) {
     let ds = Arc::new(Datastore::new("bench"));
-    let ctx = FactoryContext { datastore: ds.clone(), metrics: PluginMetrics::detached() };
+    let ctx = FactoryContext::new(ds.clone(), PluginMetrics::detached());
     let endpoints = (0..n)
         .map(|i| {
             let addr = SocketAddr::from((Ipv4Addr::new(10, 1, (i / 250) as u8, (i % 250) as u8 + 1), 8000));
@@ -151,6 +152,7 @@ fn setup(n: usize) -> (Arc<Datastore>, Pipeline) {
             let result = pipeline.schedule(&sreq, &candidates, &mut rng, &obs).expect("schedule");
             let target = result.targets()[0].clone();
             let info = DispatchInfo {
+                dispatch_id: 0,
                 request_id: "warm".into(),
                 target_model: MODEL.into(),
                 fairness_id: String::new(),
@@ -159,6 +161,7 @@ fn setup(n: usize) -> (Arc<Datastore>, Pipeline) {
                 input_tokens: sreq.input_tokens,
                 estimated_tokens: sreq.estimated_tokens,
                 dispatched_at: sreq.now,
+                attrs: Default::default(),
             };
             pipeline.pre_request(&sreq, &result, &info, &obs);
         }

@@ -31,6 +31,7 @@ use crate::flowcontrol::{
 };
 use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
+use crate::predictor::online::{HubMode, OnlinePredictor, PredictorHub};
 use crate::scheduling::observer::TimingObserver;
 use crate::scheduling::{FactoryContext, Observer, PluginMetrics, Registry};
 use crate::telemetry::{self, PoolMetrics};
@@ -61,6 +62,8 @@ pub struct Server {
     readiness: JoinHandle<()>,
     /// The leader-election campaign (`--ha-enable-leader-election`); its Lease is released at shutdown.
     leader: Option<LeaderElection>,
+    /// The latency predictor's training thread; stopped (saving its models) at shutdown.
+    predictor: Option<OnlinePredictor>,
     grace: Duration,
     /// How long NOT_SERVING is reported while streams are still accepted, before the drain.
     delay: Duration,
@@ -100,9 +103,17 @@ impl Server {
         // The composition root: each component registers its own families and gets only its handles.
         let metrics = MetricsRegistry::with_max_series(&pool_name, cli.max_series_per_family);
         let director_metrics = DirectorMetrics::register(&metrics);
-        let ctx = FactoryContext { datastore: datastore.clone(), metrics: PluginMetrics::register(&metrics) };
+        // The predictor service starts only if the configuration has a predicted-latency-producer.
+        let online = cli.predictor.online_config().map_err(anyhow::Error::msg)?;
+        let predictor_hub = PredictorHub::new(online, metrics.clone(), HubMode::Threaded);
+        let ctx = FactoryContext::new(datastore.clone(), PluginMetrics::register(&metrics))
+            .with_predictor(predictor_hub.clone());
         let registry = Registry::with_builtins();
         let loaded = load_config(&cli, &registry, &ctx)?;
+        let predictor = predictor_hub.take();
+        if predictor.is_some() {
+            tracing::info!("latency predictor started (training thread epp-predictor)");
+        }
         let engines = Arc::new(engine_set(&loaded)?);
         let pipeline = Arc::new(loaded.pipeline.clone());
         tracing::info!(pipeline = ?pipeline, "configuration loaded");
@@ -306,6 +317,7 @@ impl Server {
             health,
             readiness,
             leader,
+            predictor,
             grace: cli.shutdown_grace_period,
             delay: cli.shutdown_delay,
         })
@@ -338,6 +350,14 @@ impl Server {
         }
         for t in self.tasks {
             t.abort();
+        }
+        if let Some(predictor) = self.predictor {
+            // Joining the thread may wait for a retrain in progress and a model save: off the runtime.
+            match tokio::task::spawn_blocking(move || predictor.shutdown()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::warn!(%error, "stopping the latency predictor"),
+                Err(error) => tracing::warn!(%error, "stopping the latency predictor"),
+            }
         }
         // A health Watch stream never ends on its own, and graceful close waits for every connection:
         // give probes a moment, then close the port regardless.

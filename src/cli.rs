@@ -13,6 +13,9 @@ use crate::discovery::{
 };
 use crate::metrics::DEFAULT_MAX_SERIES_PER_FAMILY;
 
+mod predictor;
+pub use predictor::{ObjectiveFlag, PredictorFlags};
+
 /// Discovery flags that cannot be honoured.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryFlagError {
@@ -163,6 +166,9 @@ pub struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. "info" or "epp=debug".
     #[arg(long, env = "EPP_LOG", default_value = "info")]
     pub log_level: String,
+
+    #[command(flatten)]
+    pub predictor: PredictorFlags,
 
     // Deprecated Go EPP flags that fail validation there too: kept so the error names them.
     #[arg(long, hide = true)]

@@ -31,7 +31,5 @@ pub const FAIRNESS_HEADER: &str = "x-gateway-inference-fairness-id";
 pub const DEFAULT_FAIRNESS_ID: &str = "default-flow";
 /// The model to send the request to instead of the body's `model`.
 pub const MODEL_REWRITE_HEADER: &str = "x-gateway-model-name-rewrite";
-/// The request's TTFT objective in milliseconds, in the order they are read (GIE's, then llm-d's name).
-pub const SLO_TTFT_HEADERS: [&str; 2] = ["x-slo-ttft-ms", "x-llm-d-slo-ttft-ms"];
 /// The conformance tests' endpoint selection (`header-based-testing-filter`).
 pub const TEST_SELECTION_HEADER: &str = "test-epp-endpoint-selection";

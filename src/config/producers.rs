@@ -16,12 +16,11 @@ use crate::scheduling::{BuiltPlugin, DataKey, DataProducer, PluginId};
 type Producers = Vec<(PluginId, Arc<dyn DataProducer>)>;
 
 /// The producer type the loader adds when `key` is consumed but nothing produces it.
-#[allow(unreachable_patterns)] // keys added to DataKey later have no default producer until listed here
 pub fn default_producer(key: DataKey) -> Option<&'static str> {
     match key {
         DataKey::PrefixCacheMatch => Some("approx-prefix-cache-producer"),
         DataKey::InFlightLoad => Some("inflight-load-producer"),
-        _ => None,
+        DataKey::LatencyPrediction => Some("predicted-latency-producer"),
     }
 }
 

@@ -8,6 +8,7 @@
 //! state (in-flight counts, the prefix index), so a decision must be followed by `Director::finish` (or,
 //! in the lab, by the response hooks), whose `ActiveRequest` releases that state when the request ends.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rand::rngs::SmallRng;
@@ -17,6 +18,9 @@ use crate::error::RequestError;
 use crate::scheduling::{
     Candidate, DispatchInfo, Observer, Pipeline, SaturationDetector, SchedulingRequest, SchedulingResult,
 };
+
+/// Numbers dispatches: unique in the process, so per-request plugin state never collides.
+static NEXT_DISPATCH: AtomicU64 = AtomicU64::new(1);
 
 /// A decided request: the scheduling result and the dispatch record the response hooks will see.
 #[derive(Debug)]
@@ -38,9 +42,9 @@ pub enum Refusal {
     /// Legacy admission: a sheddable request while its candidates are saturated.
     #[error("system saturated, sheddable request dropped")]
     Shed,
-    /// An admitter plugin refused the request.
+    /// An admitter plugin refused the request; `load` when the admitter's denials mean load (429).
     #[error("request cannot be admitted by {plugin}: {reason}")]
-    NotAdmitted { plugin: String, reason: String },
+    NotAdmitted { plugin: String, reason: String, load: bool },
     /// Every candidate was filtered out, or none could be picked.
     #[error("failed to find target endpoint: {0}")]
     NoEndpoint(String),
@@ -53,8 +57,12 @@ impl Refusal {
     /// The error the client gets: 429 for load (shed, nothing schedulable), 500 for the rest.
     pub fn into_request_error(self) -> RequestError {
         match self {
-            Refusal::Shed | Refusal::NoEndpoint(_) => RequestError::exhausted(self.to_string()),
-            Refusal::NotAdmitted { .. } | Refusal::NoTarget => RequestError::internal(self.to_string()),
+            Refusal::Shed | Refusal::NoEndpoint(_) | Refusal::NotAdmitted { load: true, .. } => {
+                RequestError::exhausted(self.to_string())
+            }
+            Refusal::NotAdmitted { load: false, .. } | Refusal::NoTarget => {
+                RequestError::internal(self.to_string())
+            }
         }
     }
 }
@@ -79,9 +87,11 @@ pub fn decide(
         }
     }
     pipeline.prepare(req, candidates, observer);
-    pipeline
-        .admit(req, candidates, observer)
-        .map_err(|(id, reason)| Refusal::NotAdmitted { plugin: id.name, reason })?;
+    pipeline.admit(req, candidates, observer).map_err(|(id, reason, load)| Refusal::NotAdmitted {
+        plugin: id.name,
+        reason,
+        load,
+    })?;
     let result = match pipeline.schedule(req, candidates, rng, observer) {
         Ok(result) => result,
         Err(e) => {
@@ -91,7 +101,10 @@ pub fn decide(
     };
     let endpoint = result.targets().first().cloned().ok_or(Refusal::NoTarget)?;
     scheduled(Some(&endpoint));
+    let attrs =
+        candidates.iter().find(|c| Arc::ptr_eq(&c.endpoint, &endpoint)).map(|c| c.attrs).unwrap_or_default();
     let dispatch = DispatchInfo {
+        dispatch_id: NEXT_DISPATCH.fetch_add(1, Ordering::Relaxed),
         request_id: req.request_id.to_string(),
         target_model: req.target_model.to_string(),
         fairness_id: req.fairness_id.to_string(),
@@ -102,6 +115,7 @@ pub fn decide(
         // The decision's instant (decide reads no clock): the lab's virtual time, the server's start of
         // processing.
         dispatched_at: req.now,
+        attrs,
     };
     pipeline.pre_request(req, &result, &dispatch, observer);
     Ok(Decision { result, dispatch })

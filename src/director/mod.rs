@@ -46,7 +46,6 @@ use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
 use crate::request::{Headers, TokenEstimator};
 use crate::scheduling::{Candidate, Observer, Pipeline, SchedulerMetrics};
-use crate::wire::SLO_TTFT_HEADERS;
 
 const NO_CANDIDATES: &str = "failed to find endpoint candidates for serving the request";
 
@@ -211,7 +210,7 @@ impl Director {
             tokens: prepared.estimated_tokens,
             subset: &req.subset,
             received_at: req.received_at.unwrap_or_else(Instant::now),
-            slo_ttft: slo_ttft(&req.headers),
+            slo_ttft: prepared.slo.ttft(),
         };
         Ok(Some(controller.enqueue_and_wait(flow_req).await?))
     }
@@ -232,11 +231,4 @@ impl Director {
         }
         Ok(located.into_iter().map(Candidate::new).collect())
     }
-}
-
-/// The request's TTFT objective, from the first SLO header that parses.
-fn slo_ttft(headers: &Headers) -> Option<std::time::Duration> {
-    SLO_TTFT_HEADERS
-        .iter()
-        .find_map(|h| headers.get(h).and_then(crate::flowcontrol::policies::parse_slo_ttft))
 }

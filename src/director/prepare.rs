@@ -1,7 +1,7 @@
 //! The first step: everything the director learns from the request itself, before any waiting.
 //!
 //! Synchronous and cheap: reject what cannot be routed (a malformed subset hint, unless hints are
-//! ignored; a body that is not the API it claims), parse the body once, apply the model rewrite (the
+//! ignored; a body that is not the API it claims; a malformed SLO header), parse the body once, apply the model rewrite (the
 //! client's header, then the weighted rules), read the objective's priority and the fairness id, and
 //! estimate the tokens.
 
@@ -12,7 +12,7 @@ use rand::rngs::SmallRng;
 use super::{Director, IncomingRequest, OwnedLabels, Rejection};
 use crate::datastore::SubsetMatch;
 use crate::error::RequestError;
-use crate::request::{is_inference_create, parse_request, Headers, ParsedRequest};
+use crate::request::{is_inference_create, parse_request, Headers, ParsedRequest, Slo};
 use crate::scheduling::SchedulingRequest;
 use crate::wire::{DEFAULT_FAIRNESS_ID, FAIRNESS_HEADER, MODEL_REWRITE_HEADER, OBJECTIVE_HEADER};
 
@@ -27,6 +27,8 @@ pub struct Prepared {
     pub input_tokens: u64,
     /// Estimated prompt + output tokens.
     pub estimated_tokens: u64,
+    /// The latency objectives from the SLO headers.
+    pub slo: Slo,
 }
 
 impl Prepared {
@@ -52,6 +54,7 @@ impl Prepared {
             fairness_id: &self.labels.fairness_id,
             input_tokens: self.input_tokens,
             estimated_tokens: self.estimated_tokens,
+            slo: self.slo,
             now,
         }
     }
@@ -80,6 +83,10 @@ impl Director {
             let message = format!("empty request body: a POST to {} needs a JSON body", req.path);
             return Err((RequestError::bad_request(message), labels));
         }
+        let slo = match Slo::from_headers(&req.headers) {
+            Ok(slo) => slo,
+            Err(e) => return Err((e, labels)),
+        };
         let parsed = if req.header_only || !self.options.parse_bodies {
             None
         } else {
@@ -98,7 +105,7 @@ impl Director {
             .unwrap_or(0);
         let (input_tokens, estimated_tokens) =
             self.options.token_estimator.estimate(req.body.len(), parsed.as_ref());
-        Ok(Prepared { labels, parsed, input_tokens, estimated_tokens })
+        Ok(Prepared { labels, parsed, input_tokens, estimated_tokens, slo })
     }
 
     /// The model to serve: the client's rewrite header if set, then the first weighted rule for the

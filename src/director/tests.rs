@@ -42,7 +42,7 @@ fn director_with(yaml: Option<&str>, options: DirectorOptions) -> Director {
     let datastore = Arc::new(Datastore::new("test"));
     let registry = MetricsRegistry::new("test");
     let metrics = DirectorMetrics::register(&registry);
-    let ctx = FactoryContext { datastore: datastore.clone(), metrics: PluginMetrics::register(&registry) };
+    let ctx = FactoryContext::new(datastore.clone(), PluginMetrics::register(&registry));
     let registry = Registry::with_builtins();
     let loaded = match yaml {
         Some(yaml) => config::load(yaml, &registry, &ctx),

@@ -55,13 +55,6 @@ pub fn order_key(policy: OrderingPolicy, inputs: &OrderingInputs, seq: u64) -> O
     OrderKey { due, seq }
 }
 
-/// Parses a TTFT objective header value (milliseconds; fractional values allowed). Invalid, negative or
-/// non-finite values are ignored (the request then has no deadline) rather than failing the request.
-pub fn parse_slo_ttft(value: &str) -> Option<Duration> {
-    let ms: f64 = value.trim().parse().ok()?;
-    (ms.is_finite() && ms >= 0.0).then(|| Duration::from_secs_f64(ms / 1000.0))
-}
-
 /// Which flow of a band goes next, given each non-empty flow's head key (flows sorted by id) and, for
 /// round-robin, the flow selected last.
 pub fn pick_flow<'a, V>(
@@ -135,15 +128,6 @@ mod tests {
         assert_eq!(k_tight.due, Due::At(t0 + Duration::from_millis(100)), "received time, not enqueue time");
         assert!(k_tight < order_key(OrderingPolicy::SloDeadline, &loose, 1));
         assert_eq!(order_key(OrderingPolicy::SloDeadline, &none, 1).due, Due::Never);
-    }
-
-    #[test]
-    fn slo_header_values() {
-        assert_eq!(parse_slo_ttft("250"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_slo_ttft(" 1.5 "), Some(Duration::from_micros(1500)));
-        assert_eq!(parse_slo_ttft("-1"), None);
-        assert_eq!(parse_slo_ttft("soon"), None);
-        assert_eq!(parse_slo_ttft("NaN"), None);
     }
 
     fn key(seq: u64) -> Option<OrderKey> {

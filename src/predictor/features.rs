@@ -155,8 +155,33 @@ impl AcceleratorClasses {
     }
 }
 
+/// The accelerator class code of a label value: a hash into 1..=4093 (0 is "unlabelled").
+///
+/// Why a hash rather than [`AcceleratorClasses`]' order of arrival: the code must mean the same class in
+/// every process that uses the model (a model saved by one epp and loaded by the next, or seeded from the
+/// lab), whatever order the endpoints appeared in. Codes stay below 2^24, so they are exact in an f32
+/// feature column; a collision between two labels only merges their classes.
+pub fn accelerator_code(label: &str) -> u16 {
+    if label.is_empty() {
+        return 0;
+    }
+    // FNV-1a, 64-bit.
+    let hash =
+        label.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    (hash % 4093) as u16 + 1
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn accelerator_codes_are_stable_hashes() {
+        assert_eq!(accelerator_code(""), 0);
+        let (h100, l4) = (accelerator_code("nvidia-h100"), accelerator_code("nvidia-l4"));
+        assert_ne!(h100, l4);
+        assert!((1..=4093).contains(&h100) && (1..=4093).contains(&l4));
+        assert_eq!(h100, accelerator_code("nvidia-h100"), "same label, same code");
+    }
+
     use super::*;
 
     #[test]

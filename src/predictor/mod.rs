@@ -11,7 +11,8 @@
 //!
 //! The core is pure and synchronous: no locks, no I/O on the prediction path, no clock. [`online`] runs
 //! it as a service (a training thread, atomic model swaps, model files, metrics) and is the only part that
-//! imports from the rest of epp (`crate::metrics`); wiring it into scheduling is later work.
+//! imports from the rest of epp (`crate::metrics`); `predicted-latency-producer` (in scheduling) wires it
+//! into routing through [`online::PredictorHub`].
 
 mod error;
 pub mod features;

@@ -8,6 +8,7 @@ mod openai;
 mod prompt;
 mod response;
 mod rewrite;
+mod slo;
 mod tokens;
 mod usage;
 
@@ -17,6 +18,7 @@ pub use headers::Headers;
 pub use openai::{api_kind_for_path, is_inference_create, parse_request};
 pub use response::{ResponseReader, MAX_USAGE_BUFFER};
 pub use rewrite::{rewrite_response_model, splice_model};
+pub use slo::{Slo, SLO_TPOT_HEADERS, SLO_TTFT_HEADERS};
 pub use tokens::{TokenEstimator, TokenEstimatorError, TokenEstimatorParams};
 pub use usage::{parse_usage_json, Usage, UsageScanner, MAX_REPORTED_TOKENS};
 

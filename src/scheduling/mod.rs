@@ -4,6 +4,7 @@
 //! loaded once at the start of the cycle, and the request carries the clock. That keeps it fast, testable
 //! without gRPC, and usable in virtual time.
 
+pub mod latency_metrics;
 pub mod metrics;
 pub mod observer;
 pub mod pipeline;
@@ -15,6 +16,7 @@ pub mod registry;
 pub mod saturation;
 pub mod types;
 
+pub use latency_metrics::{LatencyKind, LatencyMetrics, PredictionLabels};
 pub use metrics::SchedulerMetrics;
 pub use observer::{ExtensionPoint, NoopObserver, Observer};
 pub use pipeline::Pipeline;

@@ -91,11 +91,11 @@ impl Pipeline {
         req: &SchedulingRequest<'_>,
         candidates: &[Candidate],
         obs: &dyn Observer,
-    ) -> Result<(), (PluginId, String)> {
+    ) -> Result<(), (PluginId, String, bool)> {
         for (id, a) in &self.admitters {
             let mut verdict = Ok(());
             obs.time(ExtensionPoint::Admit, id, &mut || verdict = a.admit(req, candidates));
-            verdict.map_err(|reason| (id.clone(), reason))?;
+            verdict.map_err(|reason| (id.clone(), reason, a.denial_is_load()))?;
         }
         Ok(())
     }

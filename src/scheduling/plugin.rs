@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use rand::rngs::SmallRng;
 
-use super::types::{Candidate, SchedulingRequest, SchedulingResult, ScoredCandidate};
+use super::types::{Candidate, EndpointAttributes, SchedulingRequest, SchedulingResult, ScoredCandidate};
 use crate::datastore::Endpoint;
 use crate::request::Usage;
 
@@ -28,6 +28,7 @@ pub struct PluginId {
 pub enum DataKey {
     PrefixCacheMatch,
     InFlightLoad,
+    LatencyPrediction,
 }
 
 /// Keeps the endpoints the request may go to. `kept` holds indices into `candidates`; a filter removes
@@ -82,9 +83,15 @@ pub trait DataProducer: Send + Sync {
     fn prepare(&self, req: &SchedulingRequest<'_>, candidates: &mut [Candidate]);
 }
 
-/// May deny a request after candidates are known and before scheduling (denial → 500).
+/// May deny a request after candidates are known and before scheduling (denial → 500, or 429 when the
+/// admitter says its denials mean load).
 pub trait Admitter: Send + Sync {
     fn admit(&self, req: &SchedulingRequest<'_>, candidates: &[Candidate]) -> Result<(), String>;
+    /// Whether a denial means "not now, the pool cannot serve this in time" (429, which clients retry with
+    /// backoff) rather than a server fault (500, GIE's answer for every admitter).
+    fn denial_is_load(&self) -> bool {
+        false
+    }
 }
 
 /// Runs after scheduling, before the request is forwarded (e.g. record the prefix in the index, count
@@ -97,6 +104,9 @@ pub trait PreRequest: Send + Sync {
 /// `pre_request` and to every response hook, so releases mirror acquisitions exactly.
 #[derive(Debug, Clone)]
 pub struct DispatchInfo {
+    /// Unique per dispatch in this process (a client's `x-request-id` need not be): the key for per-request
+    /// plugin state.
+    pub dispatch_id: u64,
     pub request_id: String,
     pub target_model: String,
     pub fairness_id: String,
@@ -106,6 +116,9 @@ pub struct DispatchInfo {
     pub input_tokens: u64,
     pub estimated_tokens: u64,
     pub dispatched_at: Instant,
+    /// The primary target's attributes as the producers wrote them for this request (prefix match,
+    /// in-flight load, the predictor's inputs and prediction), for the response hooks.
+    pub attrs: EndpointAttributes,
 }
 
 /// How a dispatched request ended.

@@ -11,6 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
+use super::latency_metrics::LatencyMetrics;
 use crate::datastore::Endpoint;
 use crate::metrics::{
     alpha, EndpointSeries, InflightLabels, LabelValue, MetricsRegistry, SharedLabels, TrackedEndpoint,
@@ -25,6 +26,7 @@ const PRODUCER: &str = "inflight-producer";
 pub struct PluginMetrics {
     pub prefix_indexer: Arc<PrefixIndexerMetrics>,
     pub inflight: Arc<InflightMetrics>,
+    pub latency: Arc<LatencyMetrics>,
 }
 
 impl PluginMetrics {
@@ -33,6 +35,7 @@ impl PluginMetrics {
         Self {
             prefix_indexer: PrefixIndexerMetrics::register(registry),
             inflight: InflightMetrics::register(registry),
+            latency: LatencyMetrics::register(registry),
         }
     }
 

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use super::plugin::BuiltPlugin;
 use super::plugin_metrics::PluginMetrics;
 use crate::datastore::Datastore;
+use crate::predictor::online::PredictorHub;
 
 /// A plugin configuration error, naming the plugin instance and, where there is one, the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,6 +34,20 @@ pub struct FactoryContext {
     pub datastore: Arc<Datastore>,
     /// The metric handles plugins record with; each factory takes the one its plugin uses.
     pub metrics: PluginMetrics,
+    /// The latency predictor service, built when a `predicted-latency-producer` first asks for it.
+    pub predictor: PredictorHub,
+}
+
+impl FactoryContext {
+    /// A context with a manual, unscraped predictor hub (replace it with [`with_predictor`](Self::with_predictor)).
+    pub fn new(datastore: Arc<Datastore>, metrics: PluginMetrics) -> Self {
+        Self { datastore, metrics, predictor: PredictorHub::detached() }
+    }
+
+    pub fn with_predictor(mut self, predictor: PredictorHub) -> Self {
+        self.predictor = predictor;
+        self
+    }
 }
 
 /// Builds a plugin instance from its name and its `parameters` block (`None` when absent).

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::datastore::{Endpoint, EndpointMetrics};
-use crate::request::{Headers, ParsedRequest};
+use crate::predictor::features::Observation;
+use crate::request::{Headers, ParsedRequest, Slo};
 
 /// The request as the scheduling plugins see it. Everything a plugin may read, including the clock
 /// (`now`), is here: plugins do no I/O and read no clock of their own.
@@ -26,6 +27,8 @@ pub struct SchedulingRequest<'a> {
     pub input_tokens: u64,
     /// Estimated prompt + output tokens.
     pub estimated_tokens: u64,
+    /// The latency objectives from the SLO headers (zero when none).
+    pub slo: Slo,
     pub now: Instant,
 }
 
@@ -55,11 +58,43 @@ pub struct InFlightLoad {
     pub tokens: i64,
 }
 
+/// The predicted latency of a request on one endpoint, and its headroom against the request's SLO
+/// (llm-d's `LatencyPredictionInfo`, llm-d/llm-d-router:pkg/epp/framework/plugins/datalayer/attribute/
+/// latency/data_types.go), in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LatencyPrediction {
+    pub ttft_ms: f64,
+    pub tpot_ms: f64,
+    /// The prediction meets the TTFT objective (never true without one).
+    pub ttft_valid: bool,
+    /// The prediction meets the (buffered) TPOT objective; true when TPOT is not enforced.
+    pub tpot_valid: bool,
+    /// Objective minus prediction: negative when the prediction misses (−prediction without an objective).
+    pub ttft_headroom_ms: f64,
+    pub tpot_headroom_ms: f64,
+    /// Requests epp has in flight on the endpoint.
+    pub dispatched_requests: i64,
+    /// The model generation that predicted.
+    pub generation: u64,
+}
+
+impl LatencyPrediction {
+    /// Both objectives are predicted to be met.
+    pub fn is_valid(&self) -> bool {
+        self.ttft_valid && self.tpot_valid
+    }
+}
+
 /// Per-request, per-endpoint attributes written by data producers and read by scorers and filters.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct EndpointAttributes {
     pub prefix: Option<PrefixMatch>,
     pub inflight: InFlightLoad,
+    /// The predictor's inputs for this endpoint, captured once per request (the training row's features if
+    /// the request goes there); written by `predicted-latency-producer` whether or not a model exists.
+    pub observation: Option<Observation>,
+    /// The predicted latency; `None` while no model exists (consumers then fall back).
+    pub latency: Option<LatencyPrediction>,
 }
 
 /// One endpoint as a scheduling cycle sees it: telemetry loaded once for the whole cycle.

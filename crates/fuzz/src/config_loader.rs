@@ -17,10 +17,7 @@ fn loader() -> &'static Loader {
     static LOADER: OnceLock<Loader> = OnceLock::new();
     LOADER.get_or_init(|| Loader {
         registry: Registry::with_builtins(),
-        ctx: FactoryContext {
-            datastore: Arc::new(Datastore::new("fuzz")),
-            metrics: PluginMetrics::detached(),
-        },
+        ctx: FactoryContext::new(Arc::new(Datastore::new("fuzz")), PluginMetrics::detached()),
     })
 }
 

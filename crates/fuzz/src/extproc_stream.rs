@@ -43,7 +43,7 @@ fn harness() -> &'static Harness {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let datastore = Arc::new(Datastore::new("fuzz"));
         let metrics = MetricsRegistry::new("fuzz");
-        let ctx = FactoryContext { datastore: datastore.clone(), metrics: PluginMetrics::register(&metrics) };
+        let ctx = FactoryContext::new(datastore.clone(), PluginMetrics::register(&metrics));
         let loaded =
             config::load_default(&Registry::with_builtins(), &ctx).expect("the default config loads");
         let addrs: [SocketAddr; 2] = [([10, 0, 0, 1], 8000).into(), ([10, 0, 0, 2], 8000).into()];

@@ -71,6 +71,8 @@ pub(crate) struct Arriving<'a> {
     pub body: &'a [u8],
     pub parsed: &'a ParsedRequest,
     pub priority: i32,
+    /// The workload's objectives, sent as SLO headers when the workload opts in (zero otherwise).
+    pub slo: epp::request::Slo,
     pub now: Instant,
 }
 
@@ -94,7 +96,7 @@ pub(crate) struct PipelineRouter {
 /// in-flight counters) starts empty for every run.
 pub(crate) fn load_config(spec: &RouterSpec, datastore: Arc<Datastore>) -> Result<LoadedConfig, String> {
     // Plugin metrics nobody scrapes: the lab reads its numbers from the simulation.
-    let ctx = FactoryContext { datastore, metrics: PluginMetrics::detached() };
+    let ctx = FactoryContext::new(datastore, PluginMetrics::detached());
     let registry = Registry::with_builtins();
     let loaded = match spec {
         RouterSpec::Config { yaml } => config::load(yaml, &registry, &ctx),
@@ -180,6 +182,7 @@ impl PipelineRouter {
             fairness_id: epp::wire::DEFAULT_FAIRNESS_ID,
             input_tokens,
             estimated_tokens,
+            slo: req.slo,
             now: req.now,
         };
         self.candidates.clear();

@@ -204,6 +204,7 @@ impl Run<'_> {
             body: &self.body,
             parsed: &parsed,
             priority: planned.priority,
+            slo: Default::default(),
             now: self.clock.at(t),
         };
         let routed = match self.router.route(&arriving, &self.endpoints) {

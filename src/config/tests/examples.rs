@@ -15,10 +15,13 @@ const MUST_LOAD: &[&str] = &[
     "weighted-random.yaml",
     "static-endpoints.yaml",
     "flow-control-autoscaling.yaml",
+    "optimized-baseline.yaml",
+    "predicted-latency.yaml",
+    "predicted-latency-slo.yaml",
 ];
 
 /// Examples using plugins epp may not implement: they load, or fail only with "unknown type".
-const OPTIONAL: &[&str] = &["optimized-baseline.yaml", "flow-control.yaml"];
+const OPTIONAL: &[&str] = &["flow-control.yaml"];
 
 fn config_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config")

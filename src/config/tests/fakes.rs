@@ -18,7 +18,7 @@ use crate::scheduling::{
 };
 
 pub fn ctx() -> FactoryContext {
-    FactoryContext { datastore: Arc::new(Datastore::new("test")), metrics: PluginMetrics::detached() }
+    FactoryContext::new(Arc::new(Datastore::new("test")), PluginMetrics::detached())
 }
 
 struct FakeDetector;
@@ -116,16 +116,6 @@ struct PrefixProducerParams {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[allow(dead_code)]
-struct AffinityFilterParams {
-    affinity_threshold: Option<f64>,
-    exploration_probability: Option<f64>,
-    #[serde(rename = "maxTTFTPenaltyMs")]
-    max_ttft_penalty_ms: Option<f64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-#[allow(dead_code)]
 struct DetectorParams {
     queue_depth_threshold: Option<u32>,
     kv_cache_util_threshold: Option<f64>,
@@ -194,9 +184,6 @@ fake!(cyclic_producer, "cyclic-producer", NoParams, |p| p
     .producer(Arc::new(FakeProducer { produces: PREFIX, consumes: INFLIGHT })));
 fake!(header_filter, "header-based-testing-filter", NoParams, |p| p.filter(Arc::new(FakeFilter)));
 fake!(served_verifier, "destination-endpoint-served-verifier", NoParams, |p| p.response(Arc::new(FakeHook)));
-fake!(affinity_filter, "prefix-cache-affinity-filter", AffinityFilterParams, |p| p
-    .filter(Arc::new(FakeFilter))
-    .consumes(PREFIX));
 fake!(utilization_detector, "utilization-detector", DetectorParams, |p| p
     .filter(Arc::new(FakeFilter))
     .saturation_detector(Arc::new(FakeDetector)));
@@ -231,7 +218,16 @@ pub fn registry() -> Registry {
     r.register("cyclic-producer", cyclic_producer);
     r.register("header-based-testing-filter", header_filter);
     r.register("destination-endpoint-served-verifier", served_verifier);
-    r.register("prefix-cache-affinity-filter", affinity_filter);
+    // The predicted-latency plugins are registered for real: they are pure and cheap to build.
+    use crate::scheduling::plugins::{
+        latency_scorer, latency_slo_admitter, predicted_latency, prefix_cache_affinity_filter,
+        slo_headroom_tier_filter,
+    };
+    r.register(prefix_cache_affinity_filter::TYPE_NAME, prefix_cache_affinity_filter::factory);
+    r.register(predicted_latency::TYPE_NAME, predicted_latency::factory);
+    r.register(slo_headroom_tier_filter::TYPE_NAME, slo_headroom_tier_filter::factory);
+    r.register(latency_scorer::TYPE_NAME, latency_scorer::factory);
+    r.register(latency_slo_admitter::TYPE_NAME, latency_slo_admitter::factory);
     r.register("utilization-detector", utilization_detector);
     r.register("concurrency-detector", concurrency_detector);
     r.register("test-admitter", admitter);

@@ -13,6 +13,7 @@
 //! [`OnlinePredictor`] (owns the training thread, or runs retrains on the caller's thread when not
 //! started, as tests do), [`ModelStore`] (the model files), [`PredictorMetrics`].
 
+mod hub;
 mod metrics;
 mod models;
 mod persist;
@@ -31,6 +32,7 @@ use thiserror::Error;
 use crate::metrics::MetricsRegistry;
 use crate::predictor::train::{Objective, Params};
 
+pub use hub::{HubMode, PredictorHub};
 pub use metrics::PredictorMetrics;
 pub use models::{Model, Models, NoModel, Predictor, Score, Target};
 pub use persist::{columns, load_model_file, ModelStore, PersistError};

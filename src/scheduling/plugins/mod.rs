@@ -18,8 +18,12 @@ pub mod destination_endpoint_served_verifier;
 pub mod header_based_testing_filter;
 pub mod inflight_load_producer;
 pub mod kv_cache_utilization_scorer;
+pub mod latency_scorer;
+pub mod latency_slo_admitter;
 pub mod lora_affinity_scorer;
 pub mod max_score_picker;
+pub mod predicted_latency;
+pub mod prefix_cache_affinity_filter;
 pub mod prefix_cache_scorer;
 pub mod prefix_hash;
 mod prefix_index;
@@ -27,6 +31,7 @@ pub mod queue_scorer;
 pub mod random_picker;
 pub mod running_requests_size_scorer;
 pub mod single_profile_handler;
+pub mod slo_headroom_tier_filter;
 pub mod token_load_scorer;
 pub mod utilization_detector;
 pub mod weighted_random_picker;
@@ -34,6 +39,7 @@ pub mod weighted_random_picker;
 mod detector_params;
 mod endpoint_key;
 mod pick;
+mod request_hash;
 
 #[cfg(test)]
 mod default_profile_tests;
@@ -51,6 +57,7 @@ pub use inflight_load_producer::{InFlightLoadProducer, TokenBasis};
 pub use kv_cache_utilization_scorer::KvCacheUtilizationScorer;
 pub use lora_affinity_scorer::LoraAffinityScorer;
 pub use max_score_picker::MaxScorePicker;
+pub use predicted_latency::{PredictedLatencyProducer, ProducerSettings};
 pub use prefix_cache_scorer::PrefixCacheScorer;
 pub use prefix_hash::{prefix_block_hashes, CHARS_PER_TOKEN};
 pub use queue_scorer::QueueScorer;
@@ -92,6 +99,11 @@ pub fn register_all(registry: &mut Registry) {
     );
     registry.register(utilization_detector::TYPE_NAME, utilization_detector::factory);
     registry.register(concurrency_detector::TYPE_NAME, concurrency_detector::factory);
+    registry.register(predicted_latency::TYPE_NAME, predicted_latency::factory);
+    registry.register(prefix_cache_affinity_filter::TYPE_NAME, prefix_cache_affinity_filter::factory);
+    registry.register(slo_headroom_tier_filter::TYPE_NAME, slo_headroom_tier_filter::factory);
+    registry.register(latency_scorer::TYPE_NAME, latency_scorer::factory);
+    registry.register(latency_slo_admitter::TYPE_NAME, latency_slo_admitter::factory);
 }
 
 /// The parameters of a plugin that takes none: decoding it rejects every key.
@@ -151,6 +163,11 @@ mod tests {
             "destination-endpoint-served-verifier",
             "utilization-detector",
             "concurrency-detector",
+            "predicted-latency-producer",
+            "prefix-cache-affinity-filter",
+            "slo-headroom-tier-filter",
+            "latency-scorer",
+            "latency-slo-admitter",
         ] {
             assert!(names.contains(&t), "{t} missing");
         }

@@ -46,7 +46,7 @@ pub(crate) fn candidates_with<T: Copy>(values: &[T], f: impl Fn(&mut EndpointMet
 }
 
 pub(crate) fn ctx() -> FactoryContext {
-    FactoryContext { datastore: Arc::new(Datastore::new("pool")), metrics: PluginMetrics::detached() }
+    FactoryContext::new(Arc::new(Datastore::new("pool")), PluginMetrics::detached())
 }
 
 pub(crate) fn rng() -> SmallRng {
@@ -98,6 +98,7 @@ impl RequestFixture {
             fairness_id: "",
             input_tokens: self.estimated_tokens / 2,
             estimated_tokens: self.estimated_tokens,
+            slo: Default::default(),
             now: Instant::now(),
         }
     }
@@ -106,6 +107,7 @@ impl RequestFixture {
 /// What the director hands the lifecycle hooks for a request sent to `endpoint`.
 pub(crate) fn dispatch(endpoint: &Arc<Endpoint>, input_tokens: u64, estimated_tokens: u64) -> DispatchInfo {
     DispatchInfo {
+        dispatch_id: 1,
         request_id: "req-1".into(),
         target_model: "m".into(),
         fairness_id: String::new(),
@@ -114,6 +116,7 @@ pub(crate) fn dispatch(endpoint: &Arc<Endpoint>, input_tokens: u64, estimated_to
         input_tokens,
         estimated_tokens,
         dispatched_at: Instant::now(),
+        attrs: Default::default(),
     }
 }
 

@@ -1,0 +1,241 @@
+//! `latency-scorer` (llm-d/llm-d-router:pkg/epp/framework/plugins/scheduling/scorer/latency/plugin.go):
+//! scores endpoints by their predicted headroom against the request's objectives.
+//!
+//! 1. No prediction on any endpoint (warm-up, or training-only mode): the composite fallback,
+//!    `wkv·(1 − kv) + wq·(maxQ − q)/maxQ + wprefix·prefix`, rounded to hundredths.
+//! 2. Some endpoints meet both objectives (or have no prediction): only they are scored, with
+//!    `headroomSelectionStrategy` — `least` packs requests where they just fit, `most` spreads them.
+//! 3. None do (always the case without SLO headers): idle endpoints (nothing dispatched) are scored alone;
+//!    otherwise the first non-empty deficit bucket — TPOT-only miss, then TTFT-only, then both — scored
+//!    with `least`, i.e. the smallest predicted miss. Without SLOs the miss is the prediction itself, so
+//!    the lowest predicted latency wins.
+//!
+//! Bucket scores normalise |headroom| over the bucket and blend TTFT and TPOT with the normalised
+//! `(ttftWeight, tpotWeight)`; a target whose values are all equal gives its weight to the other. Scores run
+//! 0.01 … 1.01 as upstream (the framework clamps to 1).
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::scheduling::{
+    parse_params, BuiltPlugin, Candidate, DataKey, FactoryContext, PluginError, SchedulingRequest, Scorer,
+    ScorerCategory,
+};
+
+pub const TYPE_NAME: &str = "latency-scorer";
+
+/// How a tier with headroom is scored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Least headroom first: pack.
+    Least,
+    /// Most headroom first: spread.
+    Most,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Params {
+    ttft_weight: Option<f64>,
+    tpot_weight: Option<f64>,
+    headroom_selection_strategy: Option<Strategy>,
+    #[serde(rename = "compositeKVWeight")]
+    composite_kv_weight: Option<f64>,
+    composite_queue_weight: Option<f64>,
+    composite_prefix_weight: Option<f64>,
+}
+
+/// The scorer's validated weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyScorer {
+    pub ttft_weight: f64,
+    pub tpot_weight: f64,
+    pub strategy: Strategy,
+    pub composite: [f64; 3],
+}
+
+impl Default for LatencyScorer {
+    fn default() -> Self {
+        LatencyScorer { ttft_weight: 0.8, tpot_weight: 0.2, strategy: Strategy::Least, composite: [1.0; 3] }
+    }
+}
+
+/// Which group an endpoint falls in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tier {
+    Positive,
+    TpotMiss,
+    TtftMiss,
+    BothMiss,
+}
+
+thread_local! {
+    static TIERS: RefCell<Vec<Tier>> = const { RefCell::new(Vec::new()) };
+}
+
+fn tier(c: &Candidate) -> Tier {
+    match c.attrs.latency {
+        None => Tier::Positive,
+        Some(l) => match (l.ttft_headroom_ms < 0.0, l.tpot_headroom_ms < 0.0) {
+            (false, false) => Tier::Positive,
+            (false, true) => Tier::TpotMiss,
+            (true, false) => Tier::TtftMiss,
+            (true, true) => Tier::BothMiss,
+        },
+    }
+}
+
+fn headrooms(c: &Candidate) -> (f64, f64) {
+    c.attrs.latency.map_or((0.0, 0.0), |l| (l.ttft_headroom_ms.abs(), l.tpot_headroom_ms.abs()))
+}
+
+impl LatencyScorer {
+    fn composite(&self, candidates: &[Candidate], subset: &[usize], scores: &mut [f64]) {
+        let sum: f64 = self.composite.iter().sum();
+        let [kv, queue, prefix] = if sum > 0.0 { self.composite.map(|w| w / sum) } else { [1.0, 0.0, 0.0] };
+        let max_queue = subset.iter().map(|&i| candidates[i].metrics.waiting_queue_size).max().unwrap_or(0);
+        for (score, &i) in scores.iter_mut().zip(subset) {
+            let c = &candidates[i];
+            let relative_queue = if max_queue == 0 {
+                1.0
+            } else {
+                (max_queue - c.metrics.waiting_queue_size) as f64 / max_queue as f64
+            };
+            let prefix_score = c.attrs.prefix.map_or(0.0, |m| {
+                if m.total_blocks == 0 {
+                    0.0
+                } else {
+                    m.match_blocks as f64 / m.total_blocks as f64
+                }
+            });
+            let value = kv * (1.0 - c.metrics.kv_cache_usage.clamp(0.0, 1.0))
+                + queue * relative_queue
+                + prefix * prefix_score;
+            *score = (100.0 * value).round() / 100.0;
+        }
+    }
+
+    /// Scores the members of one bucket (`member[k]` says whether `subset[k]` is in it); the rest score 0.
+    fn bucket(
+        &self,
+        candidates: &[Candidate],
+        subset: &[usize],
+        member: impl Fn(usize) -> bool,
+        strategy: Strategy,
+        scores: &mut [f64],
+    ) {
+        let (mut lo, mut hi) = ([f64::INFINITY; 2], [f64::NEG_INFINITY; 2]);
+        for (k, &i) in subset.iter().enumerate() {
+            if member(k) {
+                let (t, p) = headrooms(&candidates[i]);
+                lo = [lo[0].min(t), lo[1].min(p)];
+                hi = [hi[0].max(t), hi[1].max(p)];
+            }
+        }
+        let total = self.ttft_weight + self.tpot_weight;
+        let (mut alpha, mut beta) =
+            if total > 0.0 { (self.ttft_weight / total, self.tpot_weight / total) } else { (0.5, 0.5) };
+        let range = [hi[0] - lo[0], hi[1] - lo[1]];
+        let flat = range.map(|r| r <= 1e-9);
+        if flat[0] && !flat[1] {
+            (alpha, beta) = (0.0, 1.0);
+        } else if flat[1] && !flat[0] {
+            (alpha, beta) = (1.0, 0.0);
+        }
+        let normalise = |v: f64, axis: usize| if flat[axis] { 0.5 } else { (v - lo[axis]) / range[axis] };
+        for (k, (score, &i)) in scores.iter_mut().zip(subset).enumerate() {
+            if !member(k) {
+                *score = 0.0;
+                continue;
+            }
+            let (t, p) = headrooms(&candidates[i]);
+            let combined = alpha * normalise(t, 0) + beta * normalise(p, 1);
+            let weight = match strategy {
+                Strategy::Least => ((1.0 - combined) * 100.0) as i64 + 1,
+                Strategy::Most => (combined * 100.0) as i64 + 1,
+            };
+            *score = weight as f64 / 100.0;
+        }
+    }
+}
+
+impl Scorer for LatencyScorer {
+    fn category(&self) -> ScorerCategory {
+        ScorerCategory::Balance
+    }
+
+    fn score(
+        &self,
+        _: &SchedulingRequest<'_>,
+        candidates: &[Candidate],
+        subset: &[usize],
+        scores: &mut [f64],
+    ) {
+        if !subset.iter().any(|&i| candidates[i].attrs.latency.is_some()) {
+            self.composite(candidates, subset, scores);
+            return;
+        }
+        TIERS.with(|tiers| {
+            let mut tiers = tiers.borrow_mut();
+            tiers.clear();
+            tiers.extend(subset.iter().map(|&i| tier(&candidates[i])));
+            if tiers.contains(&Tier::Positive) {
+                self.bucket(candidates, subset, |k| tiers[k] == Tier::Positive, self.strategy, scores);
+                return;
+            }
+            let idle =
+                |k: usize| candidates[subset[k]].attrs.latency.is_some_and(|l| l.dispatched_requests == 0);
+            if (0..subset.len()).any(idle) {
+                self.bucket(candidates, subset, idle, Strategy::Least, scores);
+                return;
+            }
+            for wanted in [Tier::TpotMiss, Tier::TtftMiss, Tier::BothMiss] {
+                if tiers.contains(&wanted) {
+                    self.bucket(candidates, subset, |k| tiers[k] == wanted, Strategy::Least, scores);
+                    return;
+                }
+            }
+        });
+    }
+}
+
+fn weight(value: Option<f64>, default: f64, field: &str) -> Result<f64, String> {
+    let v = value.unwrap_or(default);
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("parameter `{field}`: {v} must be a non-negative number"))
+    }
+}
+
+pub fn factory(
+    name: &str,
+    params: Option<&serde_json::Value>,
+    _: &FactoryContext,
+) -> Result<BuiltPlugin, PluginError> {
+    let p: Params = parse_params(name, TYPE_NAME, params)?;
+    let d = LatencyScorer::default();
+    let build = || -> Result<LatencyScorer, String> {
+        Ok(LatencyScorer {
+            ttft_weight: weight(p.ttft_weight, d.ttft_weight, "ttftWeight")?,
+            tpot_weight: weight(p.tpot_weight, d.tpot_weight, "tpotWeight")?,
+            strategy: p.headroom_selection_strategy.unwrap_or(d.strategy),
+            composite: [
+                weight(p.composite_kv_weight, 1.0, "compositeKVWeight")?,
+                weight(p.composite_queue_weight, 1.0, "compositeQueueWeight")?,
+                weight(p.composite_prefix_weight, 1.0, "compositePrefixWeight")?,
+            ],
+        })
+    };
+    let scorer = build().map_err(|m| PluginError::new(name, TYPE_NAME, m))?;
+    Ok(BuiltPlugin::new(TYPE_NAME, name)
+        .scorer(Arc::new(scorer))
+        .consumes(&[DataKey::LatencyPrediction, DataKey::PrefixCacheMatch]))
+}
+
+#[cfg(test)]
+#[path = "latency_scorer_tests.rs"]
+mod tests;

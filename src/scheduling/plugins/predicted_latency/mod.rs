@@ -1,0 +1,261 @@
+//! `predicted-latency-producer` (llm-d/llm-d-router:pkg/epp/framework/plugins/requestcontrol/dataproducer/
+//! predictedlatency): predicts every candidate's TTFT and TPOT for the request with the in-process
+//! predictor, writes them with their headroom against the request's SLO into `attrs.latency`, and feeds
+//! what happened back to the predictor as training rows.
+//!
+//! Where llm-d sends one HTTP bulk call per request to a Python prediction sidecar (behind a 1 ms
+//! coalescer), this walks the current model generation in process: one batch per target over the
+//! candidates' feature rows, in reused buffers. The features are captured once per request (the same
+//! capture trains the model if the request goes there, as llm-d does) and include the endpoint's
+//! accelerator class, so a pool that mixes L4s and H100s gets a prediction per class.
+//!
+//! Until a model exists (warm-up) no prediction is written and the consumers fall back: the scorer to its
+//! composite score, the tier filter and the admitter to keeping everything (llm-d §4.5). The lifecycle
+//! half (the per-endpoint running TPOT objectives, the training rows, the metrics) is in [`tracking`] and
+//! [`feedback`].
+
+mod feedback;
+mod params;
+mod tracking;
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::datastore::Endpoint;
+use crate::predictor::features::{accelerator_code, Observation, PodType, TPOT_COLUMNS, TTFT_COLUMNS};
+use crate::predictor::online::{Intake, Predictor};
+use crate::scheduling::{
+    BuiltPlugin, Candidate, DataKey, DataProducer, FactoryContext, LatencyKind, LatencyMetrics,
+    LatencyPrediction, PluginError, SchedulingRequest,
+};
+
+pub use params::{ProducerSettings, DEFAULT_ACCELERATOR_LABELS};
+use tracking::Tracker;
+
+pub const TYPE_NAME: &str = "predicted-latency-producer";
+
+thread_local! {
+    /// Feature rows and predictions of one request, reused: no allocation per candidate.
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+}
+
+#[derive(Default)]
+struct Buffers {
+    rows: Vec<f32>,
+    ttft: Vec<f32>,
+    tpot: Vec<f32>,
+}
+
+/// The producer: predictions in `prepare`, the request's lifecycle in the hooks.
+pub struct PredictedLatencyProducer {
+    name: String,
+    settings: ProducerSettings,
+    predictor: Predictor,
+    intake: Intake,
+    metrics: Arc<LatencyMetrics>,
+    tracker: Tracker,
+}
+
+impl std::fmt::Debug for PredictedLatencyProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PredictedLatencyProducer")
+            .field("name", &self.name)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PredictedLatencyProducer {
+    pub fn new(
+        name: &str,
+        settings: ProducerSettings,
+        (predictor, intake): (Predictor, Intake),
+        metrics: Arc<LatencyMetrics>,
+    ) -> Self {
+        let tracker = Tracker::new(settings.context_ttl);
+        Self { name: name.to_string(), settings, predictor, intake, metrics, tracker }
+    }
+
+    /// The predictor's inputs for `candidate` (llm-d's `buildPredictionRequest`, plus the accelerator
+    /// class).
+    fn observe(&self, req: &SchedulingRequest<'_>, candidate: &Candidate) -> Observation {
+        let metrics = &candidate.metrics;
+        let inflight = candidate.attrs.inflight;
+        let prefix = candidate.attrs.prefix.map_or(0.0, |m| {
+            if m.total_blocks == 0 {
+                0.0
+            } else {
+                m.match_blocks as f32 / m.total_blocks as f32
+            }
+        });
+        Observation {
+            kv_cache_percentage: metrics.kv_cache_usage as f32,
+            input_tokens: u32::try_from(req.input_tokens).unwrap_or(u32::MAX),
+            waiting: u32::try_from(metrics.waiting_queue_size).unwrap_or(u32::MAX),
+            // epp's own count of what it dispatched there; vLLM's running count before epp sent anything.
+            running: u32::try_from(if inflight.requests > 0 {
+                inflight.requests.unsigned_abs()
+            } else {
+                metrics.running_requests
+            })
+            .unwrap_or(u32::MAX),
+            prefix_cache_score: prefix,
+            prefill_tokens_in_flight: inflight.tokens.max(0).unsigned_abs(),
+            decode_tokens_in_flight: 0,
+            encoder_matched_size: 0,
+            encoder_input_size: 0,
+            tokens_generated: 1,
+            pod_type: self.pod_type(&candidate.endpoint),
+            accelerator_class: accelerator_code(self.settings.accelerator(&candidate.endpoint)),
+        }
+    }
+
+    fn pod_type(&self, endpoint: &Endpoint) -> PodType {
+        let role = self.settings.endpoint_role_label.as_deref().and_then(|l| endpoint.labels.get(l));
+        match role.map(String::as_str) {
+            Some("prefill") => PodType::Prefill,
+            Some("decode") => PodType::Decode,
+            _ => PodType::Both,
+        }
+    }
+
+    /// Whether TPOT is predicted and enforced on `endpoint` (streaming mode, and not a prefill endpoint).
+    fn enforces_tpot(&self, observation: &Observation) -> bool {
+        self.settings.streaming && observation.pod_type != PodType::Prefill
+    }
+
+    fn predict(&self, req: &SchedulingRequest<'_>, candidates: &mut [Candidate]) {
+        let Some(models) = self.predictor.snapshot() else { return };
+        let labels = self.metrics.labels_for(&self.name, TYPE_NAME, feedback::request_labels(req));
+        let n = candidates.len();
+        BUFFERS.with(|buffers| {
+            let mut guard = buffers.borrow_mut();
+            let Buffers { rows, ttft, tpot } = &mut *guard;
+            rows.clear();
+            rows.resize(n * TTFT_COLUMNS.len(), 0.0);
+            for (chunk, c) in rows.chunks_exact_mut(TTFT_COLUMNS.len()).zip(candidates.iter()) {
+                let observation = c.attrs.observation.unwrap_or_default();
+                if let Ok(row) = <&mut [f32; TTFT_COLUMNS.len()]>::try_from(chunk) {
+                    observation.ttft_row(row);
+                }
+            }
+            ttft.clear();
+            ttft.resize(n, 0.0);
+            let started = Instant::now();
+            models.ttft.predict_batch(rows, ttft);
+            self.metrics.prediction_duration(&labels, LatencyKind::Ttft, started.elapsed().as_secs_f64());
+
+            tpot.clear();
+            tpot.resize(n, 0.0);
+            let tpot_model = models.tpot.as_ref().filter(|_| self.settings.streaming);
+            if let Some(model) = tpot_model {
+                rows.clear();
+                rows.resize(n * TPOT_COLUMNS.len(), 0.0);
+                for (chunk, c) in rows.chunks_exact_mut(TPOT_COLUMNS.len()).zip(candidates.iter()) {
+                    let observation = c.attrs.observation.unwrap_or_default();
+                    if let Ok(row) = <&mut [f32; TPOT_COLUMNS.len()]>::try_from(chunk) {
+                        observation.tpot_row(row);
+                    }
+                }
+                let started = Instant::now();
+                model.predict_batch(rows, tpot);
+                self.metrics.prediction_duration(&labels, LatencyKind::Tpot, started.elapsed().as_secs_f64());
+            }
+            let running_tpot = self.settings.streaming.then(|| self.tracker.running());
+            for (i, c) in candidates.iter_mut().enumerate() {
+                let observation = c.attrs.observation.unwrap_or_default();
+                let pod_min = running_tpot.as_ref().and_then(|running| running.min(&c.endpoint));
+                c.attrs.latency = Some(self.headroom(
+                    req,
+                    &observation,
+                    f64::from(ttft[i]),
+                    tpot_model.map(|_| f64::from(tpot[i])),
+                    pod_min,
+                    c.attrs.inflight.requests,
+                    models.generation,
+                ));
+            }
+        });
+    }
+
+    /// llm-d's `validatePrediction` (§4.3): headroom against the objectives, the TPOT one buffered and
+    /// lowered to the tightest TPOT objective already running on the endpoint.
+    #[allow(clippy::too_many_arguments)]
+    fn headroom(
+        &self,
+        req: &SchedulingRequest<'_>,
+        observation: &Observation,
+        ttft_ms: f64,
+        tpot_ms: Option<f64>,
+        pod_min_tpot_slo: Option<f64>,
+        dispatched_requests: i64,
+        generation: u64,
+    ) -> LatencyPrediction {
+        let ttft_slo = req.slo.ttft_ms;
+        let mut prediction = LatencyPrediction {
+            ttft_ms,
+            tpot_ms: tpot_ms.unwrap_or(0.0),
+            ttft_valid: ttft_ms < ttft_slo,
+            ttft_headroom_ms: ttft_slo - ttft_ms,
+            tpot_valid: true,
+            tpot_headroom_ms: 0.0,
+            dispatched_requests,
+            generation,
+        };
+        // No TPOT model yet (streaming, but too few streamed samples): TPOT is not enforced, as with
+        // streaming off.
+        if let (true, Some(tpot_ms)) = (self.enforces_tpot(observation), tpot_ms) {
+            let factor = self.settings.slo_buffer_factor;
+            let mut buffered = req.slo.tpot_ms * factor;
+            if let Some(min) = pod_min_tpot_slo {
+                buffered = buffered.min(min * factor);
+            }
+            prediction.tpot_headroom_ms = buffered - tpot_ms;
+            prediction.tpot_valid = tpot_ms < buffered;
+        }
+        prediction
+    }
+}
+
+impl DataProducer for PredictedLatencyProducer {
+    fn produces(&self) -> &'static [DataKey] {
+        &[DataKey::LatencyPrediction]
+    }
+
+    fn consumes(&self) -> &'static [DataKey] {
+        &[DataKey::PrefixCacheMatch, DataKey::InFlightLoad]
+    }
+
+    fn prepare(&self, req: &SchedulingRequest<'_>, candidates: &mut [Candidate]) {
+        for c in candidates.iter_mut() {
+            c.attrs.latency = None;
+            c.attrs.observation = Some(self.observe(req, c));
+        }
+        if self.settings.predict_in_produce && !candidates.is_empty() {
+            self.predict(req, candidates);
+        }
+    }
+}
+
+pub fn factory(
+    name: &str,
+    params: Option<&serde_json::Value>,
+    ctx: &FactoryContext,
+) -> Result<BuiltPlugin, PluginError> {
+    let settings = ProducerSettings::parse(name, TYPE_NAME, params)?;
+    let handles = ctx
+        .predictor
+        .attach(settings.streaming)
+        .map_err(|message| PluginError::new(name, TYPE_NAME, message))?;
+    let producer =
+        Arc::new(PredictedLatencyProducer::new(name, settings, handles, ctx.metrics.latency.clone()));
+    Ok(BuiltPlugin::new(TYPE_NAME, name)
+        .producer(producer.clone())
+        .pre_request(producer.clone())
+        .response(producer.clone())
+        .endpoint_listener(producer))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,196 @@
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::datastore::EndpointMetrics;
+use crate::metrics::MetricsRegistry;
+use crate::predictor::online::{HubMode, OnlineConfig, PredictorHub};
+use crate::predictor::train::{Objective, Params};
+use crate::request::{Slo, Usage};
+use crate::scheduling::plugins::testing::{self, RequestFixture};
+use crate::scheduling::{
+    Completion, CompletionKind, DispatchInfo, EndpointListener, PreRequest, ResponseHook,
+};
+
+/// A manual hub that trains small models from 40 samples.
+fn hub(streaming: bool) -> PredictorHub {
+    let config = OnlineConfig {
+        min_samples: 40,
+        streaming,
+        params: Params { objective: Objective::SquaredError, n_trees: 30, ..Params::default() },
+        ..OnlineConfig::default()
+    };
+    PredictorHub::new(config, MetricsRegistry::new("test"), HubMode::Manual)
+}
+
+fn producer(hub: &PredictorHub, settings: ProducerSettings) -> PredictedLatencyProducer {
+    let handles = hub.attach(settings.streaming).unwrap();
+    PredictedLatencyProducer::new("plp", settings, handles, LatencyMetrics::detached())
+}
+
+fn labelled(n: u8, accelerator: &str, waiting: u64) -> Candidate {
+    let labels = BTreeMap::from([("accelerator".to_string(), accelerator.to_string())]);
+    let addr = format!("10.0.0.{n}:8000").parse().expect("test address");
+    let ep = Arc::new(crate::datastore::Endpoint::new(format!("pod-{n}"), addr).with_labels(labels));
+    ep.update_metrics(EndpointMetrics {
+        waiting_queue_size: waiting,
+        kv_cache_usage: 0.3,
+        ..Default::default()
+    });
+    Candidate::new(ep)
+}
+
+fn info_for(c: &Candidate, id: u64, at: Instant) -> DispatchInfo {
+    let mut info = testing::dispatch(&c.endpoint, 100, 200);
+    info.dispatch_id = id;
+    info.dispatched_at = at;
+    info.attrs = c.attrs;
+    info
+}
+
+fn finished(now: Instant, tokens: u64) -> Completion {
+    let usage = Usage { prompt_tokens: 100, completion_tokens: tokens, cached_tokens: 0 };
+    Completion { kind: CompletionKind::Finished, status: Some(200), usage: Some(usage), now }
+}
+
+/// Dispatches one request to each candidate and completes it after `latency(candidate)` ms.
+fn train_round(
+    p: &PredictedLatencyProducer,
+    fixture: &RequestFixture,
+    latency: impl Fn(&Candidate) -> u64,
+    round: u64,
+) {
+    // Rows that differ (the held-out split hashes the sample, so identical rows all land on one side).
+    let mut candidates = vec![labelled(1, "h100", round % 7), labelled(2, "l4", round % 5)];
+    let req = fixture.request();
+    p.prepare(&req, &mut candidates);
+    for (k, c) in candidates.iter().enumerate() {
+        let info = info_for(c, round * 10 + k as u64, req.now);
+        p.pre_request(&req, &testing::result_for(std::slice::from_ref(&c.endpoint)), &info);
+        let end = req.now + Duration::from_millis(latency(c));
+        p.on_response_chunk(&info, b"data: x", true, req.now + Duration::from_millis(latency(c) / 4));
+        p.on_complete(&info, &finished(end, 50));
+    }
+}
+
+#[test]
+fn warm_up_captures_features_and_predicts_once_trained() {
+    let hub = hub(false);
+    let p = producer(&hub, ProducerSettings::default());
+    let fixture = RequestFixture::with_prompt("m", "hello");
+    let mut candidates = vec![labelled(1, "h100", 0), labelled(2, "l4", 3)];
+    p.prepare(&fixture.request(), &mut candidates);
+    assert!(candidates.iter().all(|c| c.attrs.latency.is_none()), "no model yet: consumers fall back");
+    let observation = candidates[1].attrs.observation.expect("features are captured during warm-up");
+    assert_eq!(observation.waiting, 3);
+    assert_eq!(observation.accelerator_class, accelerator_code("l4"));
+    assert_ne!(observation.accelerator_class, candidates[0].attrs.observation.unwrap().accelerator_class);
+
+    // The same pool, but the L4 is five times slower: the model must tell them apart by class alone.
+    for round in 0..40 {
+        let slow = |c: &Candidate| if c.endpoint.labels["accelerator"] == "l4" { 1000 } else { 200 };
+        train_round(&p, &fixture, slow, round);
+    }
+    assert_eq!(p.tracked_requests(), 0, "every completed request is forgotten");
+    assert!(hub.retrain_now(), "80 samples: the first model is published");
+    p.prepare(&fixture.request(), &mut candidates);
+    let [h100, l4] = [&candidates[0], &candidates[1]].map(|c| c.attrs.latency.expect("predicted"));
+    assert!(h100.ttft_ms < 400.0 && l4.ttft_ms > 700.0, "h100 {} ms, l4 {} ms", h100.ttft_ms, l4.ttft_ms);
+    assert_eq!(h100.generation, 1);
+    // No SLO: never valid, headroom is minus the prediction.
+    assert!(!h100.ttft_valid && h100.ttft_headroom_ms == -h100.ttft_ms);
+    assert!(h100.tpot_valid, "streaming off: TPOT is not enforced");
+}
+
+#[test]
+fn slo_headroom_uses_the_tightest_running_tpot_objective() {
+    let hub = hub(true);
+    let settings =
+        ProducerSettings { streaming: true, slo_buffer_factor: 1.0, ..ProducerSettings::default() };
+    let p = producer(&hub, settings);
+    let mut fixture = RequestFixture::with_prompt("m", "hello");
+    fixture.parsed.stream = true;
+    for round in 0..40 {
+        train_round(&p, &fixture, |_| 400, round);
+    }
+    assert!(hub.retrain_now());
+    let predicted = {
+        let mut c = vec![labelled(1, "h100", 0)];
+        p.prepare(&fixture.request(), &mut c);
+        c[0].attrs.latency.unwrap()
+    };
+    assert!(predicted.tpot_ms > 0.0, "a TPOT model exists in streaming mode: {predicted:?}");
+
+    // A request with a loose TPOT objective predicts valid; then a running request with a tight one lowers
+    // the bar on that endpoint.
+    let loose = Slo { ttft_ms: 10_000.0, tpot_ms: predicted.tpot_ms * 10.0 };
+    let mut req = fixture.request();
+    req.slo = loose;
+    let mut candidates = vec![labelled(1, "h100", 0)];
+    p.prepare(&req, &mut candidates);
+    assert!(candidates[0].attrs.latency.unwrap().is_valid());
+
+    let mut tight_req = fixture.request();
+    tight_req.slo = Slo { ttft_ms: 10_000.0, tpot_ms: predicted.tpot_ms / 10.0 };
+    let info = info_for(&candidates[0], 999, tight_req.now);
+    p.pre_request(&tight_req, &testing::result_for(std::slice::from_ref(&candidates[0].endpoint)), &info);
+    assert_eq!(p.running_objectives(), 1);
+    p.prepare(&req, &mut candidates);
+    let constrained = candidates[0].attrs.latency.unwrap();
+    assert!(constrained.ttft_valid && !constrained.tpot_valid, "{constrained:?}");
+
+    // Aborted: forgotten without a training row, and the objective no longer constrains.
+    let aborted =
+        Completion { kind: CompletionKind::Aborted, status: None, usage: None, now: Instant::now() };
+    p.on_complete(&info, &aborted);
+    assert_eq!((p.running_objectives(), p.tracked_requests()), (0, 0));
+    p.prepare(&req, &mut candidates);
+    assert!(candidates[0].attrs.latency.unwrap().is_valid());
+}
+
+#[test]
+fn requests_running_past_the_ttl_are_forgotten() {
+    let hub = hub(true);
+    let settings = ProducerSettings {
+        streaming: true,
+        context_ttl: Duration::from_secs(1),
+        ..ProducerSettings::default()
+    };
+    let p = producer(&hub, settings);
+    let fixture = RequestFixture::with_prompt("m", "hello");
+    let mut req = fixture.request();
+    req.slo = Slo { ttft_ms: 0.0, tpot_ms: 50.0 };
+    let mut candidates = vec![labelled(1, "h100", 0)];
+    p.prepare(&req, &mut candidates);
+    let info = info_for(&candidates[0], 7, req.now);
+    p.pre_request(&req, &testing::result_for(std::slice::from_ref(&candidates[0].endpoint)), &info);
+    assert_eq!((p.tracked_requests(), p.running_objectives()), (1, 1));
+    p.tracker.sweep(req.now + Duration::from_secs(2));
+    assert_eq!((p.tracked_requests(), p.running_objectives()), (0, 0));
+    p.on_complete(&info, &finished(Instant::now(), 10));
+    p.on_endpoints_removed(&[candidates[0].endpoint.clone()]);
+}
+
+#[test]
+fn parameters_are_validated_and_deprecated_ones_accepted() {
+    let ctx = testing::ctx();
+    let built = factory(
+        "plp",
+        Some(&serde_json::json!({"samplingMean": 100.0, "maxDecodeTokenSamplesForPrediction": 3,
+            "contextTTL": "5m", "streamingMode": true, "sloBufferFactor": 0.9, "endpointRoleLabel": "role",
+            "predictInProduce": true, "prefixMatchInfoProducerName": "", "inFlightLoadProducerName": ""})),
+        &ctx,
+    );
+    assert!(built.is_ok(), "{built:?}");
+    for (params, field) in [
+        (serde_json::json!({"sloBufferFactor": 0.0}), "sloBufferFactor"),
+        (serde_json::json!({"contextTTL": "soon"}), "contextTTL"),
+        (serde_json::json!({"contextTtl": "5m"}), "contextTtl"),
+        (serde_json::json!({"acceleratorLabels": [""]}), "acceleratorLabels"),
+    ] {
+        let err = factory("plp", Some(&params), &testing::ctx()).unwrap_err().to_string();
+        assert!(err.contains(field) && err.contains("plp"), "{params}: {err}");
+    }
+    let err = factory("other", Some(&serde_json::json!({"streamingMode": false})), &ctx).unwrap_err();
+    assert!(err.to_string().contains("streamingMode"), "one predictor per epp: {err}");
+}
