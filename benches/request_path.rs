@@ -4,7 +4,10 @@
 //! 220 KB prompt (GIE #2928); the budget here is 2 ms. Measured with endpoint health on (as the server
 //! runs) and off, in one run, so the health filter's cost reads as a ratio. Beside it, the per-request
 //! metrics alone for a label set that already has its series (the common case, which the per-family
-//! series cap must keep as cheap as a plain family lookup).
+//! series cap must keep as cheap as a plain family lookup). And the same request through llm-d's
+//! predicted-latency pipelines (config/predicted-latency.yaml and predicted-latency-slo.yaml) with a
+//! trained 200-tree model: features for every endpoint, a TTFT (and TPOT) batch prediction, the affinity
+//! and tier filters and the latency scorer.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,6 +21,8 @@ use epp::extproc::responses;
 use epp::flowcontrol::Admission;
 use epp::health::{HealthMonitor, HealthSettings};
 use epp::metrics::{MetricsRegistry, RequestLabels};
+use epp::predictor::features::Observation;
+use epp::predictor::online::{Completion as TrainingRow, HubMode, OnlineConfig, PredictorHub};
 use epp::request::{Headers, Usage};
 use epp::scheduling::{FactoryContext, NoopObserver, PluginMetrics, Registry};
 
@@ -33,11 +38,63 @@ fn chat_body(bytes: usize) -> Vec<u8> {
     .into_bytes()
 }
 
-fn director(endpoints: usize, health: bool) -> Director {
+/// Which pipeline the director runs.
+#[derive(Clone, Copy)]
+enum Pipeline {
+    Default,
+    /// A config file under config/.
+    File(&'static str),
+    /// A config file with its `maxPrefixTokensToMatch` line dropped: the prefix producer's default depth
+    /// (4,096 tokens) instead of the routing guide's 262,144, which hashes and indexes the whole 220 KB
+    /// prompt. Separates the predictor's cost from the prefix depth's.
+    DefaultPrefixDepth(&'static str),
+}
+
+/// Trains the hub's predictor on synthetic completions, so the bench predicts with a 200-tree model.
+fn train(hub: &PredictorHub, streaming: bool) {
+    let Ok((_, intake)) = hub.attach(streaming) else { panic!("the config's producer attached first") };
+    for i in 0..2_000u32 {
+        let observation = Observation {
+            kv_cache_percentage: (i % 10) as f32 / 10.0,
+            input_tokens: 500 + (i * 37) % 4_000,
+            waiting: i % 7,
+            running: i % 5,
+            prefix_cache_score: (i % 4) as f32 / 4.0,
+            prefill_tokens_in_flight: u64::from(i % 11) * 300,
+            tokens_generated: 1,
+            ..Observation::default()
+        };
+        let ttft_ms = 50.0 + observation.waiting as f32 * 40.0 + observation.input_tokens as f32 * 0.05;
+        intake.record(TrainingRow { observation, ttft_ms, tpot_ms: Some(10.0 + observation.running as f32) });
+    }
+    assert!(hub.retrain_now(), "a model is published");
+}
+
+fn director(endpoints: usize, health: bool, pipeline: Pipeline) -> Director {
     let datastore = Arc::new(Datastore::new("bench"));
     let registry = MetricsRegistry::new("bench");
-    let ctx = FactoryContext::new(datastore.clone(), PluginMetrics::register(&registry));
-    let loaded = config::load_default(&Registry::with_builtins(), &ctx).expect("default config loads");
+    let hub = PredictorHub::new(OnlineConfig::default(), registry.clone(), HubMode::Manual);
+    let ctx = FactoryContext::new(datastore.clone(), PluginMetrics::register(&registry))
+        .with_predictor(hub.clone());
+    let loaded = match pipeline {
+        Pipeline::Default => {
+            config::load_default(&Registry::with_builtins(), &ctx).expect("default config loads")
+        }
+        Pipeline::File(name) | Pipeline::DefaultPrefixDepth(name) => {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config").join(name);
+            let mut text = std::fs::read_to_string(path).expect("config file");
+            if matches!(pipeline, Pipeline::DefaultPrefixDepth(_)) {
+                text = text
+                    .lines()
+                    .filter(|l| !l.contains("maxPrefixTokensToMatch"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+            }
+            let loaded = config::load(&text, &Registry::with_builtins(), &ctx).expect("config loads");
+            train(&hub, name.contains("slo"));
+            loaded
+        }
+    };
     let eps = (0..endpoints)
         .map(|i| {
             let addr = format!("10.0.{}.{}:8000", i / 250, i % 250 + 1).parse().expect("address");
@@ -78,7 +135,15 @@ fn director(endpoints: usize, health: bool) -> Director {
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
     let body = chat_body(220 * 1024);
-    let headers: Headers = [(":path", "/v1/chat/completions"), ("x-request-id", "r")].into_iter().collect();
+    // The SLO headers only matter to the SLO-aware pipeline; the others ignore them.
+    let headers: Headers = [
+        (":path", "/v1/chat/completions"),
+        ("x-request-id", "r"),
+        ("x-llm-d-slo-ttft-ms", "500"),
+        ("x-llm-d-slo-tpot-ms", "50"),
+    ]
+    .into_iter()
+    .collect();
     let request = IncomingRequest {
         request_id: "r".into(),
         headers,
@@ -86,11 +151,26 @@ fn bench(c: &mut Criterion) {
         body,
         ..Default::default()
     };
-    for (name, health) in [
-        ("request_path/220KB_chat_100_endpoints", true),
-        ("request_path/220KB_chat_100_endpoints_no_health", false),
+    for (name, health, pipeline) in [
+        ("request_path/220KB_chat_100_endpoints", true, Pipeline::Default),
+        ("request_path/220KB_chat_100_endpoints_no_health", false, Pipeline::Default),
+        (
+            "request_path/220KB_chat_100_endpoints_predicted_latency",
+            true,
+            Pipeline::File("predicted-latency.yaml"),
+        ),
+        (
+            "request_path/220KB_chat_100_endpoints_predicted_latency_4k_prefix",
+            true,
+            Pipeline::DefaultPrefixDepth("predicted-latency.yaml"),
+        ),
+        (
+            "request_path/220KB_chat_100_endpoints_predicted_latency_slo",
+            true,
+            Pipeline::File("predicted-latency-slo.yaml"),
+        ),
     ] {
-        let director = director(100, health);
+        let director = director(100, health, pipeline);
         c.bench_function(name, |b| {
             b.iter(|| {
                 let routed = rt.block_on(director.route(&request)).expect("routed");

@@ -155,23 +155,15 @@ async fn the_keda_signals_follow_a_held_load_in_prometheus() {
         ("decode kv", p.wait_for("kv after", &signals.decode_kv, |kv| kv == 0.0).await),
     ];
 
-    // Signal 4: epp measures TTFT, so the recording-rule chain runs on it; predicted TTFT/TPOT and the
-    // measured streaming TPOT are not produced (deploy/keda/README.md, "Signal 4").
+    // Signal 4 without a predicted-latency producer: the recording-rule chain falls back to the measured
+    // TTFT, and to 0 for TPOT (nothing streamed, nothing predicted). With predictions it reads them:
+    // `signal_4_reads_predicted_latency_in_prometheus` below.
     let ttft_p90 = p.wait_for("TTFT p90 rule", "epp:latency_ttft_p90:seconds", |t| t > 0.0).await;
     let latency = p.wait_for("smoothed latency saturation", &signals.latency, |s| s > 0.0).await;
     let tpot_p90 = p.value("epp:latency_tpot_p90:seconds").await;
     assert_eq!(tpot_p90, Some(0.0), "no TPOT input: the rule falls back to vector(0)");
-    for missing in [
-        "llm_d_epp_request_predicted_ttft_seconds_bucket",
-        "llm_d_epp_request_predicted_tpot_seconds_bucket",
-        "llm_d_epp_request_streaming_tpot_seconds_bucket",
-    ] {
-        assert_eq!(
-            p.value(&format!("count({missing})")).await,
-            None,
-            "epp now exports {missing}: update deploy/keda/README.md (Signal 4) and this test"
-        );
-    }
+    let predicted = p.value("count(llm_d_epp_request_predicted_ttft_seconds_bucket)").await;
+    assert_eq!(predicted, None, "no predicted-latency producer configured, yet predictions were recorded");
 
     eprintln!(
         "KEDA signals (Prometheus, {SENT} requests, capacity {CAPACITY}): idle saturation {idle_saturation}; \
@@ -193,4 +185,76 @@ async fn every_shipped_query_is_valid_promql(prometheus: &Prometheus) {
             }
         }
     }
+}
+
+/// One streamed completion through Envoy; returns its status.
+async fn send_streamed(client: &reqwest::Client, stack: &Stack, n: usize) -> u16 {
+    let body = json!({"model": MODEL, "prompt": format!("signal four {n} {}", rand::random::<u64>()),
+        "max_tokens": 8, "stream": true, "stream_options": {"include_usage": true}});
+    let response = post_json(client, &stack.url("/v1/completions"), &body).await;
+    let status = response.status().as_u16();
+    read_text(response).await;
+    status
+}
+
+/// Signal 4 fed by epp's own predictions: epp with llm-d's SLO-aware pipeline (streaming, so both TTFT and
+/// TPOT are predicted) trains on streamed requests, and the shipped recording rules then have predicted
+/// TTFT and TPOT histograms to take their p90 from (the measured streaming TPOT exists too now).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signal_4_reads_predicted_latency_in_prometheus() {
+    let test_name = "signal_4_reads_predicted_latency_in_prometheus";
+    let Some(prometheus_bin) = prometheus_or_skip(test_name) else { return };
+    let guide = std::fs::read_to_string(manifest_dir().join("config/predicted-latency-slo.yaml"))
+        .expect("config/predicted-latency-slo.yaml");
+    let config = format!("--config-text={guide}");
+    let args = [
+        config.as_str(),
+        FAST_POOL_GAUGES,
+        "--latency-min-samples-for-retrain=8",
+        "--latency-retraining-interval=100ms",
+    ];
+    let Some(stack) = start_stack(test_name, FULL_DUPLEX, 2, &["--chunk-delay-ms=5"], &args) else { return };
+    let client = http_client();
+    let label = |name: &str, value: &str| (name.to_string(), value.to_string());
+    let targets = [ScrapeTarget {
+        job: "epp".into(),
+        port: stack.epp.metrics_port,
+        labels: vec![label("namespace", NAMESPACE), label("service", EPP_SERVICE)],
+    }];
+    let rules = rule_file(&manifest("latency/prometheus-rule.yaml", 0));
+    let prometheus = Prometheus::start(prometheus_bin, &targets, Some(&rules));
+    let p = &prometheus;
+    p.wait_for("epp up", "sum(up)", |up| up == 1.0).await;
+
+    // Train until a model is published, then make sure Prometheus has seen the predicted series exist,
+    // so the traffic after it shows as a rate.
+    let mut sent = 0;
+    let generation = "max(epp_predictor_model_generation)";
+    while p.value(generation).await.unwrap_or(0.0) < 1.0 {
+        assert_eq!(send_streamed(&client, &stack, sent).await, 200);
+        sent += 1;
+        assert!(sent < 2_000, "no model after {sent} requests:\n{}", stack.epp.metrics_text());
+    }
+    assert_eq!(send_streamed(&client, &stack, sent).await, 200);
+    let predicted_count =
+        format!("sum(llm_d_epp_request_predicted_ttft_seconds_count{{namespace=\"{NAMESPACE}\"}})");
+    p.wait_for("the first prediction scraped", &predicted_count, |n| n >= 1.0).await;
+    for n in 0..30 {
+        assert_eq!(send_streamed(&client, &stack, sent + 1 + n).await, 200);
+    }
+
+    let predicted_p90 = |family: &str| {
+        format!("histogram_quantile(0.9, sum(rate({family}_bucket{{namespace=\"{NAMESPACE}\",service=\"{EPP_SERVICE}\"}}[1m])) by (le))")
+    };
+    let ttft = p.wait_for("TTFT p90 rule", "epp:latency_ttft_p90:seconds", |t| t > 0.0).await;
+    let tpot = p.wait_for("TPOT p90 rule", "epp:latency_tpot_p90:seconds", |t| t > 0.0).await;
+    let predicted_ttft = p.value(&predicted_p90("llm_d_epp_request_predicted_ttft_seconds")).await;
+    let predicted_tpot = p.value(&predicted_p90("llm_d_epp_request_predicted_tpot_seconds")).await;
+    assert!(predicted_ttft.is_some_and(|v| v > 0.0), "predicted TTFT p90 {predicted_ttft:?}");
+    assert!(predicted_tpot.is_some_and(|v| v > 0.0), "predicted TPOT p90 {predicted_tpot:?}");
+    let saturation = p.wait_for("signal 4", "epp:saturation:smoothed", |s| s > 0.0).await;
+    eprintln!(
+        "signal 4 from predictions: rule TTFT p90 {ttft:.4}s (predicted {predicted_ttft:?}), rule TPOT p90 \
+         {tpot:.5}s (predicted {predicted_tpot:?}), epp:saturation:smoothed {saturation:.4}"
+    );
 }
