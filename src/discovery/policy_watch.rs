@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::client::{build_client, DiscoveryError};
 use super::objectives::{policies, PolicyKind, PoolRef, GROUP_LLM_D};
-use super::runner::backoff;
+use super::runner::{backoff, jittered};
 use super::spec::GROUP_X_K8S;
 use super::{DiscoveryConfig, PoolSource};
 use crate::request::{Policies, PolicyStore};
@@ -166,7 +166,8 @@ impl Follower {
                     }
                     None => {
                         failures = failures.saturating_add(1);
-                        let delay = backoff(self.config.backoff_min, self.config.backoff_max, failures);
+                        let delay =
+                            jittered(backoff(self.config.backoff_min, self.config.backoff_max, failures));
                         tracing::warn!(resource = %what, error = %e, retry_in = ?delay, "keeping the last known objects");
                         delay
                     }
