@@ -1,9 +1,9 @@
 //! InferenceObjective and InferenceModelRewrite read from the cluster: the real epp server in
 //! InferencePool mode against the fake API server, through the real kube-rs client. Objects that
 //! reference the pool appear in epp's policy store (laid over the config's own `objectives:`), follow
-//! changes and deletions, and ignore other pools; a kind whose CRD is not installed (404) is simply not
-//! used, does not hold readiness back, and is picked up once the CRD appears. Every check polls for the
-//! expected state; nothing is timed.
+//! changes and deletions (a lost Delete event too, through the periodic relist), and ignore other pools;
+//! a kind whose CRD is not installed (404) is simply not used, does not hold the pool back, and is
+//! picked up once the CRD appears. Every check polls for the expected state; nothing is timed.
 
 mod discovery_support;
 
@@ -138,5 +138,25 @@ async fn a_missing_crd_is_not_used_and_is_picked_up_once_installed() {
     // And the CRD uninstalled again: its objects are no longer used.
     api.store().set_installed(&llm_d, false);
     eventually("the uninstalled kind's objectives go", || priority(&epp, "late").is_none()).await;
+    epp.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_lost_delete_event_is_repaired_by_the_periodic_relist() {
+    let api = FakeKubeApi::start().await.expect("fake API server");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let objectives = inference_objectives(GROUP_X_K8S);
+    api.apply(&objectives, NS, inference_objective(GROUP_X_K8S, "gone", POOL, Some(9)));
+    let epp = start(&api, &dir, "300ms").await;
+    eventually("the objective is read", || priority(&epp, "gone") == Some(9)).await;
+    let path = format!("/apis/{GROUP_X_K8S}/v1alpha2/namespaces/{NS}/inferenceobjectives");
+    eventually("its watch is open", || {
+        api.requests().iter().any(|r| r.contains(&path) && r.contains("watch=true"))
+    })
+    .await;
+    // The Delete event never reaches the watch: only the next relist can show it.
+    api.store().drop_next_events(1);
+    assert!(api.delete(&objectives, NS, "gone"));
+    eventually("the relist drops it", || priority(&epp, "gone").is_none()).await;
     epp.shutdown().await;
 }

@@ -83,6 +83,13 @@ pub struct PolicyStore {
     current: ArcSwap<Policies>,
 }
 
+impl Default for PolicyStore {
+    /// No objectives, no rewrites.
+    fn default() -> Self {
+        Self::new(Policies::default())
+    }
+}
+
 impl PolicyStore {
     /// A store holding the config's policies (the cluster has said nothing yet).
     pub fn new(config: Policies) -> Self {
