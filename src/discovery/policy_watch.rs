@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, WatchEvent, WatchParams};
@@ -19,15 +18,12 @@ use kube::Client;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::client::{build_client, DiscoveryError};
+use super::client::{bounded, build_client, DiscoveryError};
 use super::objectives::{policies, PolicyKind, PoolRef, GROUP_LLM_D};
-use super::runner::{backoff, jittered};
+use super::runner::{backoff, jittered, QUICK_END};
 use super::spec::GROUP_X_K8S;
 use super::{DiscoveryConfig, PoolSource};
 use crate::request::{Policies, PolicyStore};
-
-/// A watch that ends sooner than this after opening is reopened only after the minimum backoff.
-const QUICK_END: Duration = Duration::from_secs(1);
 
 /// The API groups both kinds are read from: GIE's and llm-d-router's.
 pub const POLICY_GROUPS: [&str; 2] = [GROUP_X_K8S, GROUP_LLM_D];
@@ -181,7 +177,7 @@ impl Follower {
     async fn cycle(&self, client: &Client, unavailable_logged: &mut bool) -> Result<(), DiscoveryError> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), &self.config.namespace, &self.resource);
-        let list = self.bounded(api.list(&ListParams::default())).await?;
+        let list = bounded(self.config.call_timeout, api.list(&ListParams::default())).await?;
         if std::mem::take(unavailable_logged) {
             tracing::info!(resource = %self.resource.plural, group = %self.resource.group, "now readable; used");
         }
@@ -190,7 +186,7 @@ impl Follower {
         let deadline = Instant::now() + self.config.resync_period;
         let params = WatchParams { timeout: Some(self.config.watch_timeout_secs), ..WatchParams::default() };
         loop {
-            let mut events = self.bounded(api.watch(&params, &rv)).await?.boxed();
+            let mut events = bounded(self.config.call_timeout, api.watch(&params, &rv)).await?.boxed();
             let opened = Instant::now();
             loop {
                 let event = tokio::select! {
@@ -229,16 +225,5 @@ impl Follower {
                 tokio::time::sleep(self.config.backoff_min).await;
             }
         }
-    }
-
-    async fn bounded<T>(
-        &self,
-        call: impl std::future::Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, DiscoveryError> {
-        let timeout = self.config.call_timeout;
-        tokio::time::timeout(timeout, call)
-            .await
-            .map_err(|_| DiscoveryError::Timeout(timeout))?
-            .map_err(Into::into)
     }
 }

@@ -23,7 +23,7 @@ use kube::Client;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::client::{build_client, DiscoveryError};
+use super::client::{bounded, build_client, DiscoveryError};
 use super::metrics::{DiscoveryMetrics, SyncReason};
 use super::pods::PodInfo;
 use super::publish::Publisher;
@@ -33,7 +33,7 @@ use super::{DiscoveryConfig, PoolSource};
 
 /// A watch that ends sooner than this after opening is reopened only after the minimum backoff, so a
 /// server that closes watches at once cannot make discovery spin.
-const QUICK_END: Duration = Duration::from_secs(1);
+pub(super) const QUICK_END: Duration = Duration::from_secs(1);
 
 type Events<K> = BoxStream<'static, Result<WatchEvent<K>, kube::Error>>;
 
@@ -206,17 +206,12 @@ impl Runner {
         }
     }
 
-    /// One API call, bounded by the call timeout: a partitioned API server that accepts connections but
-    /// never answers must not stall discovery (a watch's own silence is bounded by the resync deadline).
+    /// One API call, bounded by the call timeout ([`bounded`]).
     async fn bounded<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, DiscoveryError> {
-        let timeout = self.config.call_timeout;
-        tokio::time::timeout(timeout, call)
-            .await
-            .map_err(|_| DiscoveryError::Timeout(timeout))?
-            .map_err(Into::into)
+        bounded(self.config.call_timeout, call).await
     }
 
     fn publish(&mut self) {
