@@ -6,7 +6,9 @@
 mod parts;
 mod tasks;
 
-use parts::{configured_detector, engine_set, load_config, metrics_scheme, static_endpoints};
+use parts::{
+    config_policies, configured_detector, engine_set, load_config, metrics_scheme, static_endpoints,
+};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,7 +25,9 @@ use crate::config;
 use crate::datastore::Datastore;
 use crate::datastore::SubsetMatch;
 use crate::director::{Director, DirectorMetrics, DirectorOptions, RequestMetrics, RewriteRule};
-use crate::discovery::{Discovery, DiscoveryMetrics, LeaderElection, MetricsTarget, RemovedHook};
+use crate::discovery::{
+    Discovery, DiscoveryMetrics, LeaderElection, MetricsTarget, PolicyWatch, RemovedHook,
+};
 use crate::extproc::{health, tls, ExtProcService, OverheadMetrics, StreamLimits};
 use crate::flowcontrol::{
     Admission, FlowControlMetrics, FlowController, FlowControllerParts, ObservedEndpointsDetector,
@@ -32,6 +36,7 @@ use crate::flowcontrol::{
 use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
 use crate::predictor::online::{HubMode, OnlinePredictor, PredictorHub};
+use crate::request::PolicyStore;
 use crate::scheduling::observer::TimingObserver;
 use crate::scheduling::{FactoryContext, Observer, PluginMetrics, Registry};
 use crate::telemetry::{self, PoolMetrics};
@@ -51,6 +56,8 @@ pub struct Server {
     pub request_metrics: Arc<RequestMetrics>,
     /// The flow controller, when the `flowControl` feature gate is on.
     pub flow_controller: Option<FlowController>,
+    /// Objective priorities and model rewrites: the config's, with the cluster's laid over them.
+    pub policies: Arc<PolicyStore>,
     shutdown: watch::Sender<bool>,
     /// Stops the health server, which outlives the drain so probes see NOT_SERVING until the end.
     health_stop: watch::Sender<bool>,
@@ -128,6 +135,8 @@ impl Server {
             anyhow::bail!("--endpoints-file and the config's `endpoints:` are mutually exclusive");
         }
         let file_target = target.clone();
+        let policies = Arc::new(PolicyStore::new(config_policies(&loaded)));
+        let mut policy_watch = None;
         let discovery = match cli
             .discovery_config(!statics.is_empty() || cli.endpoints_file.is_some(), target)?
         {
@@ -141,6 +150,7 @@ impl Server {
                 let hook = pipeline.clone();
                 let on_removed: RemovedHook = Arc::new(move |removed| hook.on_endpoints_removed(removed));
                 let metrics = DiscoveryMetrics::register(&metrics);
+                policy_watch = PolicyWatch::spawn(&config, policies.clone());
                 Some(Discovery::spawn(config, datastore.clone(), on_removed, metrics))
             }
         };
@@ -274,6 +284,7 @@ impl Server {
             health.clone(),
         );
         tasks.extend(discovery.map(Discovery::into_task));
+        tasks.extend(policy_watch.into_iter().flat_map(PolicyWatch::into_tasks));
         let (health_stop, health_stop_rx) = watch::channel(false);
         let health_server = tasks::spawn_health_server(health_listener, health_service, health_stop_rx);
         tasks.push(tasks::spawn_metrics_server(metrics_listener, metrics.clone(), shutdown_rx.clone()));
@@ -309,6 +320,7 @@ impl Server {
             metrics,
             request_metrics: director_metrics.requests,
             flow_controller,
+            policies,
             shutdown,
             health_stop,
             health_server,

@@ -10,6 +10,7 @@ use crate::cli::Cli;
 use crate::config::{self, LoadedConfig};
 use crate::datastore::Endpoint;
 use crate::flowcontrol::SaturationDetector;
+use crate::request::{Policies, WeightedRewrite};
 use crate::scheduling::{FactoryContext, Registry};
 use crate::telemetry;
 
@@ -72,4 +73,14 @@ pub(super) fn configured_detector(loaded: &LoadedConfig) -> Option<(String, Arc<
         tracing::warn!(plugin = name, "saturationDetector.pluginRef names a plugin without a detector role");
     }
     detector.map(|d| (name.to_string(), d))
+}
+
+/// The config's objectives and model rewrites: the base layer of the policy store, which the cluster's
+/// InferenceObjective and InferenceModelRewrite objects are laid over.
+pub(super) fn config_policies(loaded: &LoadedConfig) -> Policies {
+    let rewrites = loaded.model_rewrites.iter().map(|r| {
+        let targets = r.targets.iter().map(|t| (t.model.clone(), t.weight)).collect();
+        (r.match_model.clone(), WeightedRewrite { name: r.name.clone(), targets })
+    });
+    Policies { objectives: loaded.objectives.clone(), rewrites: rewrites.collect(), fallback: None }
 }

@@ -73,3 +73,15 @@ pub fn pool_resource(group: &str) -> Result<ApiResource, SpecError> {
         plural: "inferencepools".into(),
     })
 }
+
+/// One API call, bounded by `timeout`: a partitioned API server that accepts connections but never
+/// answers must not stall discovery (a watch's own silence is bounded by the resync deadline).
+pub(super) async fn bounded<T>(
+    timeout: std::time::Duration,
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, DiscoveryError> {
+    tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| DiscoveryError::Timeout(timeout))?
+        .map_err(Into::into)
+}

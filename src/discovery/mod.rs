@@ -15,6 +15,10 @@
 //! A third source needs no cluster: [`file`] reads the endpoints from a file (llm-d-router's
 //! `file-discovery` format), optionally reloading it on change.
 //!
+//! In InferencePool mode [`PolicyWatch`] also follows the `InferenceObjective` and
+//! `InferenceModelRewrite` objects that reference the pool ([`objectives`]), when their CRDs exist, and
+//! keeps the request path's [`crate::request::PolicyStore`] equal to them.
+//!
 //! [`LeaderElection`] (`--ha-enable-leader-election`) lives here too: it is the other client of the same
 //! API server, with the same client configuration and errors.
 //!
@@ -25,7 +29,9 @@ mod client;
 pub mod file;
 mod leader;
 mod metrics;
+mod objectives;
 mod pods;
+mod policy_watch;
 mod publish;
 mod runner;
 mod spec;
@@ -41,10 +47,12 @@ use tokio::task::JoinHandle;
 pub use client::{ClientSource, DiscoveryError};
 pub use leader::{lease_name, LeaderConfig, LeaderElection};
 pub use metrics::{DiscoveryMetrics, SyncReason};
+pub use objectives::{policies, PolicyKind, PoolRef, GROUP_LLM_D, POLICY_VERSION};
 pub use pods::{
     active_ports, desired_endpoints, is_ready, pod_endpoints, DesiredEndpoint, PodInfo,
     ACTIVE_PORTS_ANNOTATION,
 };
+pub use policy_watch::{PolicyWatch, POLICY_GROUPS};
 pub use publish::{MetricsTarget, RemovedHook};
 pub use spec::{pool_version, standalone_pool_name, PoolSpec, SpecError, GROUP_V1, GROUP_X_K8S};
 

@@ -7,7 +7,8 @@
 //!   keep a dead pod in the pool past one period; peers lost exactly such events, SMG #1531/#2061);
 //! - a watch answers 410 Gone (its resourceVersion was compacted away);
 //! - the pool was created, changed or deleted (its pods are listed again under the new spec);
-//! - a call failed: then after a capped exponential backoff, while the last known endpoints keep serving.
+//! - a call failed: then after a capped exponential backoff with jitter, while the last known endpoints
+//!   keep serving.
 //!
 //! A watch that ends cleanly (the server's timeout) is reopened from the last resourceVersion seen,
 //! bookmarks included, as client-go's reflector does, without a relist.
@@ -22,7 +23,7 @@ use kube::Client;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::client::{build_client, DiscoveryError};
+use super::client::{bounded, build_client, DiscoveryError};
 use super::metrics::{DiscoveryMetrics, SyncReason};
 use super::pods::PodInfo;
 use super::publish::Publisher;
@@ -32,7 +33,7 @@ use super::{DiscoveryConfig, PoolSource};
 
 /// A watch that ends sooner than this after opening is reopened only after the minimum backoff, so a
 /// server that closes watches at once cannot make discovery spin.
-const QUICK_END: Duration = Duration::from_secs(1);
+pub(super) const QUICK_END: Duration = Duration::from_secs(1);
 
 type Events<K> = BoxStream<'static, Result<WatchEvent<K>, kube::Error>>;
 
@@ -76,7 +77,7 @@ impl Runner {
                 Err(e) => {
                     failures = failures.saturating_add(1);
                     self.metrics.error();
-                    let delay = backoff(self.config.backoff_min, self.config.backoff_max, failures);
+                    let delay = jittered(backoff(self.config.backoff_min, self.config.backoff_max, failures));
                     tracing::warn!(
                         error = %e,
                         retry_in = ?delay,
@@ -205,17 +206,12 @@ impl Runner {
         }
     }
 
-    /// One API call, bounded by the call timeout: a partitioned API server that accepts connections but
-    /// never answers must not stall discovery (a watch's own silence is bounded by the resync deadline).
+    /// One API call, bounded by the call timeout ([`bounded`]).
     async fn bounded<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, DiscoveryError> {
-        let timeout = self.config.call_timeout;
-        tokio::time::timeout(timeout, call)
-            .await
-            .map_err(|_| DiscoveryError::Timeout(timeout))?
-            .map_err(Into::into)
+        bounded(self.config.call_timeout, call).await
     }
 
     fn publish(&mut self) {
@@ -257,9 +253,30 @@ pub(super) fn backoff(min: Duration, max: Duration, failures: u32) -> Duration {
     min.saturating_mul(factor).min(max)
 }
 
+/// `delay` spread over `[delay / 2, delay]` ("equal jitter"): every epp replica, and each of one epp's
+/// watch loops, lost the API server at the same moment, and without jitter they would all come back at
+/// the same instants, a thundering herd on an API server that is just recovering.
+pub(super) fn jittered(delay: Duration) -> Duration {
+    spread(delay, rand::random::<f64>())
+}
+
+/// `delay × (1 + unit) / 2` for `unit` in [0, 1].
+fn spread(delay: Duration, unit: f64) -> Duration {
+    delay.mul_f64(0.5 + 0.5 * unit.clamp(0.0, 1.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_keeps_between_half_and_all_of_the_delay() {
+        let delay = Duration::from_secs(1);
+        assert_eq!(spread(delay, 0.0), Duration::from_millis(500));
+        assert_eq!(spread(delay, 1.0), delay);
+        assert_eq!(spread(delay, 7.0), delay, "clamped");
+        assert!((0..100).map(|_| jittered(delay)).all(|d| d >= delay / 2 && d <= delay));
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap() {

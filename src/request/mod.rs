@@ -5,6 +5,7 @@
 
 mod headers;
 mod openai;
+mod policies;
 mod prompt;
 mod response;
 mod rewrite;
@@ -16,6 +17,7 @@ use std::ops::Range;
 
 pub use headers::Headers;
 pub use openai::{api_kind_for_path, is_inference_create, parse_request};
+pub use policies::{Policies, PolicyStore, WeightedRewrite};
 pub use response::{ResponseReader, MAX_USAGE_BUFFER};
 pub use rewrite::{rewrite_response_model, splice_model};
 pub use slo::{Slo, SLO_TPOT_HEADERS, SLO_TTFT_HEADERS};

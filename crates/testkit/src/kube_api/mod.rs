@@ -9,7 +9,9 @@
 //! server go away (connections reset, port refused, or accepted and never answered) and come back on
 //! the same port. Objects can also be read, created and updated through the API (`GET`/`PUT` on
 //! `.../{plural}/{name}`, `POST` on the collection) with resourceVersion conflicts answered 409, as
-//! leader election's Lease needs ([`writes`]). [`objects`] builds pod, InferencePool and Lease objects.
+//! leader election's Lease needs ([`writes`]). A collection can be marked uninstalled (its CRD absent:
+//! 404 on every call). [`objects`] builds pod, InferencePool, InferenceObjective,
+//! InferenceModelRewrite and Lease objects.
 
 pub mod objects;
 mod store;
@@ -44,6 +46,16 @@ pub const LEASES: &str = "leases.coordination.k8s.io";
 /// The InferencePool collection of `group` (the store's resource name; any version is served from it).
 pub fn inference_pools(group: &str) -> String {
     format!("inferencepools.{group}")
+}
+
+/// The InferenceObjective collection of `group`.
+pub fn inference_objectives(group: &str) -> String {
+    format!("inferenceobjectives.{group}")
+}
+
+/// The InferenceModelRewrite collection of `group`.
+pub fn inference_model_rewrites(group: &str) -> String {
+    format!("inferencemodelrewrites.{group}")
 }
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -225,6 +237,10 @@ async fn handle(
     let Some((resource, namespace, api_version, name)) = collection(uri.path()) else {
         return json_reply(StatusCode::NOT_FOUND, &store::status(404, "NotFound", "no such collection"));
     };
+    if !lock(store).is_installed(&resource) {
+        let message = "the server could not find the requested resource";
+        return json_reply(StatusCode::NOT_FOUND, &store::status(404, "NotFound", message));
+    }
     if method != hyper::Method::GET || name.is_some() {
         return object_call(store, req, &resource, &namespace, name.as_deref()).await;
     }

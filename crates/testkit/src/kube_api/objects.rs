@@ -1,4 +1,4 @@
-//! Pod, InferencePool and Lease objects as the API server returns them, for tests to apply to the fake.
+//! Pod, InferencePool, InferenceObjective, InferenceModelRewrite and Lease objects as the API server returns them, for tests to apply to the fake.
 
 use serde_json::{json, Map, Value};
 
@@ -65,5 +65,39 @@ pub fn lease(name: &str, holder: &str, duration_secs: i32) -> Value {
         "kind": "Lease",
         "metadata": {"name": name},
         "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_secs},
+    })
+}
+
+/// A `<group>/v1alpha2` InferenceObjective of `priority` (none: unset) referencing the v1 pool `pool`.
+pub fn inference_objective(group: &str, name: &str, pool: &str, priority: Option<i32>) -> Value {
+    let mut spec =
+        json!({"poolRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": pool}});
+    if let Some(priority) = priority {
+        spec["priority"] = json!(priority);
+    }
+    json!({"apiVersion": format!("{group}/v1alpha2"), "kind": "InferenceObjective",
+           "metadata": {"name": name}, "spec": spec})
+}
+
+/// A `<group>/v1alpha2` InferenceModelRewrite referencing the v1 pool `pool` with one rule: requests for
+/// `model` (none: every model) go to `targets` (model, weight).
+pub fn inference_model_rewrite(
+    group: &str,
+    name: &str,
+    pool: &str,
+    model: Option<&str>,
+    targets: &[(&str, u32)],
+) -> Value {
+    let matches: Vec<Value> =
+        model.map(|m| json!({"model": {"type": "Exact", "value": m}})).into_iter().collect();
+    let targets: Vec<Value> = targets.iter().map(|(m, w)| json!({"modelRewrite": m, "weight": w})).collect();
+    json!({
+        "apiVersion": format!("{group}/v1alpha2"),
+        "kind": "InferenceModelRewrite",
+        "metadata": {"name": name},
+        "spec": {
+            "poolRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": pool},
+            "rules": [{"matches": matches, "targets": targets}],
+        },
     })
 }

@@ -10,7 +10,7 @@
 //! - tests can lose events on purpose: a dropped event changes the object but is neither logged nor sent,
 //!   so only a relist reveals it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -91,6 +91,8 @@ pub struct Store {
     compacted: u64,
     watchers: Vec<Watcher>,
     drop_next: usize,
+    /// Collections whose CRD is not installed: every call on them answers 404.
+    uninstalled: BTreeSet<Resource>,
 }
 
 /// One watch stream line: `{"type": …, "object": …}\n`.
@@ -155,6 +157,21 @@ impl Store {
     /// The object, if present.
     pub fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
         self.objects.get(&(resource.into(), namespace.into(), name.into())).cloned()
+    }
+
+    /// Uninstalls (`false`) or reinstalls (`true`) the CRD of `resource`: while uninstalled every call
+    /// on it answers 404, and its open watches end, as when a CRD is deleted.
+    pub fn set_installed(&mut self, resource: &str, installed: bool) {
+        if installed {
+            self.uninstalled.remove(resource);
+        } else {
+            self.uninstalled.insert(resource.to_string());
+            self.watchers.retain(|w| w.resource != resource);
+        }
+    }
+
+    pub fn is_installed(&self, resource: &str) -> bool {
+        !self.uninstalled.contains(resource)
     }
 
     /// The next `n` events are lost: objects change, watches and the log never hear of it.
