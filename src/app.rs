@@ -24,7 +24,7 @@ use crate::cli::Cli;
 use crate::config;
 use crate::datastore::Datastore;
 use crate::datastore::SubsetMatch;
-use crate::director::{Director, DirectorMetrics, DirectorOptions, RequestMetrics, RewriteRule};
+use crate::director::{Director, DirectorMetrics, DirectorOptions, RequestMetrics};
 use crate::discovery::{
     Discovery, DiscoveryMetrics, LeaderElection, MetricsTarget, PolicyWatch, RemovedHook,
 };
@@ -164,16 +164,7 @@ impl Server {
             }))
         };
         let options = DirectorOptions {
-            objectives: loaded.objectives.clone(),
-            rewrites: loaded
-                .model_rewrites
-                .iter()
-                .map(|r| RewriteRule {
-                    name: r.name.clone(),
-                    match_model: r.match_model.clone(),
-                    targets: r.targets.iter().map(|t| (t.model.clone(), t.weight)).collect(),
-                })
-                .collect(),
+            policies: policies.clone(),
             token_estimator: crate::request::TokenEstimator::new(
                 loaded.token_estimator.characters_per_token,
                 loaded.token_estimator.output_ratio,

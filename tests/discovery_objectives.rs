@@ -6,6 +6,7 @@
 //! picked up once the CRD appears. Every check polls for the expected state; nothing is timed.
 
 mod discovery_support;
+mod grpc_support;
 
 use clap::Parser;
 use discovery_support::{eventually, APP, NS, POOL};
@@ -158,5 +159,33 @@ async fn a_lost_delete_event_is_repaired_by_the_periodic_relist() {
     api.store().drop_next_events(1);
     assert!(api.delete(&objectives, NS, "gone"));
     eventually("the relist drops it", || priority(&epp, "gone").is_none()).await;
+    epp.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cluster_rewrite_and_objective_apply_to_requests() {
+    let api = FakeKubeApi::start().await.expect("fake API server");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let rewrites = inference_model_rewrites(GROUP_X_K8S);
+    api.apply(&rewrites, NS, inference_model_rewrite(GROUP_X_K8S, "canary", POOL, Some("m"), &[("m-v2", 1)]));
+    // The config makes "batch" sheddable (-1): with no telemetry it would be dropped; the cluster says 5.
+    let objectives = inference_objectives(GROUP_X_K8S);
+    api.apply(&objectives, NS, inference_objective(GROUP_X_K8S, "batch", POOL, Some(5)));
+    let epp = start(&api, &dir, "1h").await;
+    eventually("the rewrite is read", || rewrite_of(&epp, "m").is_some()).await;
+    eventually("the objective is read", || priority(&epp, "batch") == Some(5)).await;
+    eventually("the pod is an endpoint", || epp.datastore.endpoints().len() == 1).await;
+    let mut s = grpc_support::Stream::open(&epp).await;
+    let h = grpc_support::post_headers("/v1/completions");
+    let mut refs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    refs.push(("x-gateway-inference-objective", "batch"));
+    s.send(grpc_support::request_headers(&refs, false, None)).await;
+    s.send(grpc_support::body(br#"{"model":"m","prompt":"hi"}"#, true)).await;
+    let first = s.recv_full().await;
+    let _ = grpc_support::routing_of(&first);
+    let (bytes, _) = grpc_support::streamed_of(&s.recv().await);
+    assert_eq!(bytes, br#"{"model":"m-v2","prompt":"hi"}"#.to_vec(), "{}", String::from_utf8_lossy(&bytes));
+    let text = epp.metrics.encode();
+    assert!(text.lines().any(|l| l.contains("rewrite") && l.contains("canary")), "{text}");
     epp.shutdown().await;
 }

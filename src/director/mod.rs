@@ -19,11 +19,9 @@ mod metrics;
 mod metrics_names;
 mod mutation;
 mod prepare;
-mod rewrite;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -37,14 +35,13 @@ pub use metrics::RequestMetrics;
 
 pub use mutation::RoutingMutation;
 pub use prepare::Prepared;
-pub use rewrite::RewriteRule;
 
 use crate::datastore::{locate, Datastore, Endpoint, InvalidSubsetEntry, SubsetHint, SubsetMatch};
 use crate::error::RequestError;
 use crate::flowcontrol::{Admission, DispatchTicket, FlowRequest};
 use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
-use crate::request::{Headers, TokenEstimator};
+use crate::request::{Headers, PolicyStore, TokenEstimator};
 use crate::scheduling::{Candidate, Observer, Pipeline, SchedulerMetrics};
 
 const NO_CANDIDATES: &str = "failed to find endpoint candidates for serving the request";
@@ -55,9 +52,9 @@ pub type Rejection = (RequestError, OwnedLabels);
 /// Everything the director needs that comes from configuration and flags.
 #[derive(Debug, Clone, Default)]
 pub struct DirectorOptions {
-    /// InferenceObjective name → priority.
-    pub objectives: HashMap<String, i32>,
-    pub rewrites: Vec<RewriteRule>,
+    /// InferenceObjective priorities and model rewrites: the config's, with the cluster's laid over
+    /// them, read per request (a lock-free load).
+    pub policies: Arc<PolicyStore>,
     pub token_estimator: TokenEstimator,
     pub subset_match: SubsetMatch,
     /// Emit per-endpoint scores in the `x-gateway-destination-endpoint-scores` metadata key.

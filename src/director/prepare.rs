@@ -101,20 +101,21 @@ impl Director {
         labels.priority = req
             .headers
             .get(OBJECTIVE_HEADER)
-            .and_then(|o| self.options.objectives.get(o).copied())
+            .and_then(|o| self.options.policies.load().priority(o))
             .unwrap_or(0);
         let (input_tokens, estimated_tokens) =
             self.options.token_estimator.estimate(req.body.len(), parsed.as_ref());
         Ok(Prepared { labels, parsed, input_tokens, estimated_tokens, slo })
     }
 
-    /// The model to serve: the client's rewrite header if set, then the first weighted rule for the
-    /// incoming model, if any.
+    /// The model to serve: the client's rewrite header if set, then the weighted rule for the incoming
+    /// model (its exact rule, else the catch-all), if any. A request without a model is not rewritten.
     fn target_model(&self, incoming: &str, headers: &Headers, rng: &mut SmallRng) -> String {
         let requested =
             headers.get(MODEL_REWRITE_HEADER).filter(|_| !self.options.ignore_model_rewrite_header);
         let mut target = requested.filter(|m| !m.is_empty()).unwrap_or(incoming).to_string();
-        if let Some(rule) = self.options.rewrites.iter().find(|r| r.match_model == incoming) {
+        let policies = self.options.policies.load();
+        if let Some(rule) = policies.rewrite_for(incoming).filter(|_| !incoming.is_empty()) {
             if let Some(picked) = rule.pick(rng) {
                 self.metrics.record_model_rewrite(&rule.name, incoming, picked);
                 target = picked.to_string();

@@ -98,7 +98,11 @@ fn scheduling_request<'a>(req: &'a IncomingRequest, prepared: &'a Prepared) -> S
 #[test]
 fn prepare_reads_labels_rewrite_and_tokens() {
     let mut options = DirectorOptions { parse_bodies: true, ..Default::default() };
-    options.objectives.insert("batch".into(), -1);
+    let policies = crate::request::Policies {
+        objectives: std::collections::HashMap::from([("batch".into(), -1)]),
+        ..Default::default()
+    };
+    options.policies = std::sync::Arc::new(crate::request::PolicyStore::new(policies));
     let d = director_with(None, options);
     let req = request(
         BODY,
