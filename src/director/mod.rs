@@ -19,6 +19,8 @@ mod metrics;
 mod metrics_names;
 mod mutation;
 mod prepare;
+mod probe;
+mod probe_view;
 mod rewrite;
 #[cfg(test)]
 mod tests;
@@ -37,6 +39,8 @@ pub use metrics::RequestMetrics;
 
 pub use mutation::RoutingMutation;
 pub use prepare::Prepared;
+pub use probe::{explain, Explained, ProbeRequest, RouteProbe};
+pub use probe_view::RouteExplanation;
 pub use rewrite::RewriteRule;
 
 use crate::datastore::{locate, Datastore, Endpoint, InvalidSubsetEntry, SubsetHint, SubsetMatch};

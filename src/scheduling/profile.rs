@@ -1,4 +1,8 @@
 //! One scheduling profile: filters in order, a weighted sum of clamped scores, then the picker.
+//!
+//! A run can be traced ([`ProfileTrace`]) so the route probe explains a decision with the very code that
+//! makes it, instead of a copy that could drift. The trace is a generic parameter: the hot path runs with
+//! [`NoTrace`], whose empty methods compile away, so scheduling neither allocates nor branches for it.
 
 use std::sync::Arc;
 
@@ -36,6 +40,36 @@ impl std::fmt::Debug for Profile {
     }
 }
 
+/// Hears each step of a profile run (every method defaults to doing nothing). Indices are into the cycle's
+/// candidate slice.
+pub trait ProfileTrace {
+    /// The profile `name` starts over `candidates`.
+    fn started(&mut self, _name: &str, _candidates: &[Candidate]) {}
+    /// `filter` ran and left `kept` (a filter may also restore endpoints: it fails open).
+    fn filtered(&mut self, _filter: &PluginId, _kept: &[usize]) {}
+    /// `scorer` scored `kept`: `raw[i]` for `kept[i]`, before [`clamp_score`] and the weight.
+    fn scored(&mut self, _scorer: &WeightedScorer, _kept: &[usize], _raw: &[f64]) {}
+    /// The picker chose `picked` (primary first) among `scored`, each with its weighted total.
+    fn picked(&mut self, _picker: &PluginId, _scored: &[ScoredCandidate], _picked: &[usize]) {}
+}
+
+/// The trace of the hot path: nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoTrace;
+
+impl ProfileTrace for NoTrace {}
+
+/// A scorer's value as it enters the weighted sum: clamped to [0, 1], NaN counted as 0 so one bad value
+/// cannot poison the sum.
+#[inline]
+pub fn clamp_score(s: f64) -> f64 {
+    if s.is_nan() {
+        0.0
+    } else {
+        s.clamp(0.0, 1.0)
+    }
+}
+
 /// Reusable buffers for one profile run, so a cycle allocates per request, not per endpoint.
 #[derive(Debug, Default)]
 pub struct Scratch {
@@ -56,14 +90,30 @@ impl Profile {
         scratch: &mut Scratch,
         observer: &dyn Observer,
     ) -> Result<ProfileRunResult, SchedulingError> {
+        self.run_traced(req, candidates, rng, scratch, observer, &mut NoTrace)
+    }
+
+    /// [`run`](Self::run), telling `trace` each step; the same implementation, so a traced run decides
+    /// exactly what an untraced one does (and draws the same numbers from `rng`).
+    pub fn run_traced<T: ProfileTrace + ?Sized>(
+        &self,
+        req: &SchedulingRequest<'_>,
+        candidates: &[Candidate],
+        rng: &mut SmallRng,
+        scratch: &mut Scratch,
+        observer: &dyn Observer,
+        trace: &mut T,
+    ) -> Result<ProfileRunResult, SchedulingError> {
         if candidates.is_empty() {
             return Err(SchedulingError::NoCandidates);
         }
         let kept = &mut scratch.kept;
         kept.clear();
         kept.extend(0..candidates.len());
+        trace.started(&self.name, candidates);
         for (id, filter) in &self.filters {
             observer.time(ExtensionPoint::Filter, id, &mut || filter.filter(req, candidates, kept));
+            trace.filtered(id, kept);
             if kept.is_empty() {
                 return Err(SchedulingError::AllFiltered {
                     profile: self.name.clone(),
@@ -81,10 +131,9 @@ impl Profile {
             let scores = &mut scratch.scores;
             observer
                 .time(ExtensionPoint::Scorer, &ws.id, &mut || ws.scorer.score(req, candidates, kept, scores));
-            for (total, s) in scratch.totals.iter_mut().zip(scratch.scores.iter()) {
-                // Scores outside [0,1] are clamped; NaN counts as 0 so one bad value cannot poison the sum.
-                let s = if s.is_nan() { 0.0 } else { s.clamp(0.0, 1.0) };
-                *total += ws.weight * s;
+            trace.scored(ws, kept, &scratch.scores);
+            for (total, &s) in scratch.totals.iter_mut().zip(scratch.scores.iter()) {
+                *total += ws.weight * clamp_score(s);
             }
         }
 
@@ -101,6 +150,7 @@ impl Profile {
         let scored = &mut scratch.scored;
         let picked = &mut scratch.picked;
         observer.time(ExtensionPoint::Picker, picker_id, &mut || picker.pick(scored, rng, picked));
+        trace.picked(picker_id, &scratch.scored, &scratch.picked);
         result
             .targets
             .extend(scratch.picked.iter().filter_map(|&i| candidates.get(i)).map(|c| c.endpoint.clone()));
