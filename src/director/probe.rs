@@ -1,14 +1,15 @@
 //! The route probe (`POST /debug/route` on the metrics port, off unless `--enable-route-probe`): where
 //! would this request go, and why — without sending it anywhere.
 //!
-//! Users and operators ask "why did my request land there?"; Dynamo's EPP answers with a routing probe.
-//! This one runs the ext_proc path's own steps over the live snapshot — [`Director::prepare`] (so a bad
-//! body or SLO header gets the same 400), the candidates (subset hint, endpoint health), legacy shedding,
-//! the data producers, every admitter, and the scheduling profiles traced step by step — and stops before
-//! anything lasting: no flow-control enqueue, no pre-request hooks (in-flight counters, prefix index,
-//! the latency producer's records), no request metrics. Its pick equals `decide`'s for the same snapshot
-//! and random state: both run [`crate::scheduling::Pipeline::schedule_traced`]'s one implementation, and
-//! the probe seeds its generator from `seed` (reported, so a decision can be replayed).
+//! Users and operators ask "why did my request land there?"; Dynamo's EPP answers with a routing probe. This
+//! one runs the ext_proc path's own steps over the live snapshot — [`Director::prepare`] (so a bad body or
+//! SLO header gets the same 400), the candidates (subset hint, endpoint health), legacy shedding, the data
+//! producers, every admitter, and the scheduling profiles traced step by step — and stops before anything
+//! lasting: no flow-control enqueue, no pre-request hooks (in-flight counters, prefix index, the latency
+//! producer's records), no request or scheduler metrics (only the predictor's prediction-duration histograms,
+//! recorded inside the producer, see its predictions). Its pick equals `decide`'s for the same snapshot and
+//! random state: both run [`crate::scheduling::Pipeline::schedule_traced`]'s one implementation, and the
+//! probe seeds its generator from `seed` (reported, so a decision can be replayed).
 
 use std::sync::Arc;
 use std::time::Instant;

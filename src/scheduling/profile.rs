@@ -163,3 +163,95 @@ impl Profile {
         Ok(result)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::scheduling::observer::NoopObserver;
+    use crate::scheduling::plugins::testing::{endpoint, RequestFixture};
+    use crate::scheduling::plugins::MaxScorePicker;
+    use crate::scheduling::ScorerCategory;
+
+    /// Drops the first candidate.
+    struct DropFirst;
+    impl Filter for DropFirst {
+        fn filter(&self, _: &SchedulingRequest<'_>, _: &[Candidate], kept: &mut Vec<usize>) {
+            kept.retain(|&i| i != 0);
+        }
+    }
+
+    /// Scores out of range on purpose: 2.0, NaN, 0.25 by candidate index.
+    struct Wild;
+    impl Scorer for Wild {
+        fn category(&self) -> ScorerCategory {
+            ScorerCategory::Balance
+        }
+        fn score(&self, _: &SchedulingRequest<'_>, _: &[Candidate], kept: &[usize], scores: &mut [f64]) {
+            for (s, &i) in scores.iter_mut().zip(kept) {
+                *s = [2.0, f64::NAN, 0.25][i];
+            }
+        }
+    }
+
+    #[derive(Default)]
+    struct Recorder(Vec<String>);
+    impl ProfileTrace for Recorder {
+        fn started(&mut self, name: &str, candidates: &[Candidate]) {
+            self.0.push(format!("{name} over {}", candidates.len()));
+        }
+        fn filtered(&mut self, filter: &PluginId, kept: &[usize]) {
+            self.0.push(format!("{} kept {kept:?}", filter.name));
+        }
+        fn scored(&mut self, scorer: &WeightedScorer, kept: &[usize], raw: &[f64]) {
+            self.0.push(format!("{} x{} scored {kept:?} {raw:?}", scorer.id.name, scorer.weight));
+        }
+        fn picked(&mut self, picker: &PluginId, scored: &[ScoredCandidate], picked: &[usize]) {
+            let mut totals: Vec<_> = scored.iter().map(|s| (s.index, s.score)).collect();
+            totals.sort_by_key(|&(index, _)| index);
+            self.0.push(format!("{} picked {picked:?} of {totals:?}", picker.name));
+        }
+    }
+
+    #[test]
+    fn a_traced_run_reports_each_step_and_decides_as_an_untraced_one() {
+        let id = |name: &str| PluginId { type_name: "test", name: name.into() };
+        let profile = Profile {
+            name: "p".into(),
+            filters: vec![(id("drop-first"), Arc::new(DropFirst))],
+            scorers: vec![WeightedScorer { id: id("wild"), scorer: Arc::new(Wild), weight: 2.0 }],
+            picker: (id("max"), Arc::new(MaxScorePicker::new(1))),
+        };
+        let candidates: Vec<_> = (1..=3).map(endpoint).map(Candidate::new).collect();
+        let fixture = RequestFixture::with_prompt("m", "hello");
+        let req = fixture.request();
+        let run = |trace: Option<&mut Recorder>| {
+            let (mut rng, mut scratch) = (SmallRng::seed_from_u64(3), Scratch::default());
+            match trace {
+                Some(t) => profile.run_traced(&req, &candidates, &mut rng, &mut scratch, &NoopObserver, t),
+                None => profile.run(&req, &candidates, &mut rng, &mut scratch, &NoopObserver),
+            }
+            .expect("a pick")
+        };
+        let mut trace = Recorder::default();
+        let traced = run(Some(&mut trace));
+        let plain = run(None);
+        let names = |targets: &[Arc<crate::datastore::Endpoint>]| -> Vec<String> {
+            targets.iter().map(|e| e.name.clone()).collect()
+        };
+        assert_eq!(names(&traced.targets), names(&plain.targets));
+        assert_eq!(names(&traced.targets), ["pod-3"]);
+        // Raw scores reach the trace as the scorer wrote them; totals are clamped (NaN as 0) and weighted.
+        assert_eq!(
+            trace.0,
+            [
+                "p over 3",
+                "drop-first kept [1, 2]",
+                "wild x2 scored [1, 2] [NaN, 0.25]",
+                "max picked [2] of [(1, 0.0), (2, 0.5)]",
+            ]
+        );
+        assert_eq!(clamp_score(2.0), 1.0);
+    }
+}
