@@ -278,7 +278,13 @@ impl Server {
         tasks.extend(policy_watch.into_iter().flat_map(PolicyWatch::into_tasks));
         let (health_stop, health_stop_rx) = watch::channel(false);
         let health_server = tasks::spawn_health_server(health_listener, health_service, health_stop_rx);
-        tasks.push(tasks::spawn_metrics_server(metrics_listener, metrics.clone(), shutdown_rx.clone()));
+        let probe = tasks::route_probe(&cli, &director);
+        tasks.push(tasks::spawn_metrics_server(
+            metrics_listener,
+            metrics.clone(),
+            probe,
+            shutdown_rx.clone(),
+        ));
 
         let limits = StreamLimits {
             max_request_body: cli.max_request_body_bytes,

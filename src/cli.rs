@@ -140,6 +140,10 @@ pub struct Cli {
     /// Add per-endpoint scores to the routing metadata (`x-gateway-destination-endpoint-scores`).
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub emit_endpoint_scores: bool,
+    /// Serve `POST /debug/route` on the metrics port: where a request would be routed and why, without
+    /// routing it. Off by default: it shows the pool's endpoints and scores to whoever reaches the port.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub enable_route_probe: bool,
     /// Ignore the client's `x-gateway-model-name-rewrite` header (for gateways that do not strip it from
     /// untrusted clients: each distinct value would otherwise mint metric series).
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]

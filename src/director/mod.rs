@@ -19,6 +19,8 @@ mod metrics;
 mod metrics_names;
 mod mutation;
 mod prepare;
+mod probe;
+mod probe_view;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +37,8 @@ pub use metrics::RequestMetrics;
 
 pub use mutation::RoutingMutation;
 pub use prepare::Prepared;
+pub use probe::{explain, Explained, ProbeRequest, RouteProbe};
+pub use probe_view::RouteExplanation;
 
 use crate::datastore::{locate, Datastore, Endpoint, InvalidSubsetEntry, SubsetHint, SubsetMatch};
 use crate::error::RequestError;

@@ -12,7 +12,7 @@ use super::plugin::{
     Admitter, BuiltPlugin, Completion, DataProducer, DispatchInfo, EndpointListener, PluginId, PreRequest,
     ProfileHandler, ResponseHook,
 };
-use super::profile::{Profile, Scratch};
+use super::profile::{NoTrace, Profile, ProfileTrace, Scratch};
 use super::types::{Candidate, SchedulingError, SchedulingRequest, SchedulingResult};
 use crate::datastore::Endpoint;
 
@@ -109,6 +109,18 @@ impl Pipeline {
         rng: &mut SmallRng,
         obs: &dyn Observer,
     ) -> Result<SchedulingResult, SchedulingError> {
+        self.schedule_traced(req, candidates, rng, obs, &mut NoTrace)
+    }
+
+    /// [`schedule`](Self::schedule), telling `trace` each profile's steps (the route probe's explanation).
+    pub fn schedule_traced<T: ProfileTrace + ?Sized>(
+        &self,
+        req: &SchedulingRequest<'_>,
+        candidates: &[Candidate],
+        rng: &mut SmallRng,
+        obs: &dyn Observer,
+        trace: &mut T,
+    ) -> Result<SchedulingResult, SchedulingError> {
         if candidates.is_empty() {
             return Err(SchedulingError::NoCandidates);
         }
@@ -134,7 +146,7 @@ impl Pipeline {
                         .iter()
                         .find(|p| p.name == name)
                         .ok_or_else(|| SchedulingError::Handler(format!("unknown profile {name:?}")))?;
-                    let result = profile.run(req, candidates, rng, &mut scratch, obs)?;
+                    let result = profile.run_traced(req, candidates, rng, &mut scratch, obs, &mut *trace)?;
                     results.push((name.clone(), result));
                     done.push(name);
                 }
