@@ -207,5 +207,59 @@ fn bench_recording(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench, bench_recording);
+/// The predicted-latency request path while the predictor retrains 200 trees on 200,000 rows in a loop on
+/// another thread (as the `epp-predictor` thread does every interval under full load), beside the same
+/// path with no retrain running, in one run: the ratio is what a retrain costs the request path when both
+/// share the machine.
+fn bench_during_retrain(c: &mut Criterion) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    let headers: Headers = [(":path", "/v1/chat/completions"), ("x-request-id", "r")].into_iter().collect();
+    let request = IncomingRequest {
+        request_id: "r".into(),
+        headers,
+        path: "/v1/chat/completions".into(),
+        body: chat_body(8 * 1024),
+        ..Default::default()
+    };
+    let director = director(100, true, Pipeline::File("predicted-latency.yaml"));
+    let mut route = |name: &str| {
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                let routed = rt.block_on(director.route(&request)).expect("routed");
+                criterion::black_box(&routed.mutation);
+                drop(routed);
+            })
+        });
+    };
+    route("request_path_retrain/8KB_chat_100_endpoints_predicted_latency_idle");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let retrains = std::sync::Arc::new(AtomicU64::new(0));
+    let trainer = {
+        let (stop, retrains) = (stop.clone(), retrains.clone());
+        std::thread::spawn(move || {
+            // `cargo test --all-targets` runs each benchmark once in a debug build: a small window there,
+            // so stopping does not wait for a minutes-long debug retrain.
+            let benchmarking = std::env::args().any(|a| a == "--bench");
+            let rows_n: usize = if benchmarking { 200_000 } else { 2_000 };
+            const FEATURES: usize = 14;
+            let rows: Vec<f32> = (0..rows_n * FEATURES).map(|i| ((i * 7919) % 1000) as f32).collect();
+            let targets: Vec<f32> = (0..rows_n).map(|i| 50.0 + (i % 977) as f32).collect();
+            let params = epp::predictor::train::Params {
+                objective: epp::predictor::train::Objective::SquaredError,
+                ..Default::default()
+            };
+            while !stop.load(Ordering::Relaxed) {
+                let _ = epp::predictor::train::train(&params, &rows, FEATURES, &targets);
+                retrains.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    route("request_path_retrain/8KB_chat_100_endpoints_predicted_latency_during_retrain");
+    stop.store(true, Ordering::Relaxed);
+    let _ = trainer.join();
+    eprintln!("retrains completed during the measurement: {}", retrains.load(Ordering::Relaxed));
+}
+
+criterion_group!(benches, bench, bench_recording, bench_during_retrain);
 criterion_main!(benches);
