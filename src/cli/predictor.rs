@@ -38,6 +38,9 @@ pub struct PredictorFlags {
     /// Training samples a model needs before it is first trained.
     #[arg(long, env = "LATENCY_MIN_SAMPLES_FOR_RETRAIN", default_value_t = 100)]
     pub latency_min_samples_for_retrain: usize,
+    /// Training samples a model needs for its first training, while it has none.
+    #[arg(long, env = "LATENCY_MIN_SAMPLES_FOR_RETRAIN_FRESH", default_value_t = 10)]
+    pub latency_min_samples_for_retrain_fresh: usize,
     /// Newest samples kept per training stratum (queue × KV × prefix, 400 strata).
     #[arg(long, env = "LATENCY_MAX_TRAINING_DATA_SIZE_PER_BUCKET", default_value_t = 500)]
     pub latency_max_training_data_size_per_bucket: usize,
@@ -84,6 +87,7 @@ impl PredictorFlags {
         Ok(OnlineConfig {
             retrain_interval: self.latency_retraining_interval,
             min_samples: self.latency_min_samples_for_retrain,
+            min_samples_fresh: self.latency_min_samples_for_retrain_fresh,
             params: crate::predictor::train::Params { objective, ..defaults.params.clone() },
             per_bucket: self.latency_max_training_data_size_per_bucket,
             model_dir: self.latency_model_dir.clone(),

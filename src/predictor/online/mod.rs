@@ -48,8 +48,12 @@ pub struct OnlineConfig {
     /// How often the thread retrains (llm-d chart: 10 s; `LATENCY_RETRAINING_INTERVAL_SEC`), at least every
     /// 10 ms. An interval in which no sample arrived retrains nothing.
     pub retrain_interval: Duration,
-    /// Training samples a target needs before its first model (chart: 100).
+    /// Training samples a target needs before it is retrained (chart: 100).
     pub min_samples: usize,
+    /// Training samples a target needs for its first model, while it has none (llm-d's
+    /// `LATENCY_MIN_SAMPLES_FOR_RETRAIN_FRESH`, 10, which the chart leaves at its default): a rough model
+    /// after ten requests beats the fallback, and the next retrains replace it. Never above `min_samples`.
+    pub min_samples_fresh: usize,
     /// Streaming mode (llm-d's `streamingMode`, default off): with it off the TTFT model learns end-to-end
     /// latency and no TPOT model is trained.
     pub streaming: bool,
@@ -76,6 +80,7 @@ impl Default for OnlineConfig {
         OnlineConfig {
             retrain_interval: Duration::from_secs(10),
             min_samples: 100,
+            min_samples_fresh: 10,
             streaming: false,
             params: Params { objective: Objective::SquaredError, ..Params::default() },
             per_bucket: 500,

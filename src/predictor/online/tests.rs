@@ -47,7 +47,8 @@ pub(super) fn completion(rng: &mut Rng) -> Completion {
 fn config() -> OnlineConfig {
     let params =
         Params { objective: Objective::SquaredError, n_trees: 60, learning_rate: 0.15, ..Params::default() };
-    OnlineConfig { streaming: true, params, ..OnlineConfig::default() }
+    // The first model waits for min_samples too here, so the test can tell "too few" from "enough".
+    OnlineConfig { streaming: true, params, min_samples_fresh: 100, ..OnlineConfig::default() }
 }
 
 fn feed(intake: &Intake, rng: &mut Rng, n: usize) {
@@ -70,6 +71,21 @@ fn fresh_mape(predictor: &Predictor, seed: u64) -> f64 {
     let mut predicted = vec![0.0; observed.len()];
     predictor.predict_batch(Target::Ttft, &rows, &mut predicted).expect("a TTFT model");
     trainer::score_predictions(&predicted, &observed).mape
+}
+
+#[test]
+fn the_first_model_needs_only_the_fresh_minimum() {
+    let config = OnlineConfig { min_samples_fresh: 10, ..config() };
+    let mut service = OnlinePredictor::new(&config, &MetricsRegistry::new("pool")).unwrap();
+    let (predictor, intake, mut rng) = (service.predictor(), service.intake(), Rng(3));
+    feed(&intake, &mut rng, 5);
+    assert!(!service.retrain_now(), "5 samples: fewer than the fresh minimum");
+    // About a tenth of the samples are held out: 25 leave more than 10 to train on, far fewer than 100.
+    feed(&intake, &mut rng, 20);
+    assert!(service.retrain_now(), "no model yet and more than 10 samples: a first model");
+    assert_eq!(predictor.generation(), 1);
+    feed(&intake, &mut rng, 10);
+    assert!(!service.retrain_now(), "with a model, a retrain waits for min_samples (100) again");
 }
 
 #[test]

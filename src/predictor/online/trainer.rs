@@ -39,6 +39,7 @@ pub struct Completion {
 pub(super) struct Trainer {
     params: Params,
     min_samples: usize,
+    min_samples_fresh: usize,
     streaming: bool,
     ttft: StratifiedWindow<TTFT_FEATURES>,
     tpot: StratifiedWindow<TPOT_FEATURES>,
@@ -52,6 +53,7 @@ impl Trainer {
         Trainer {
             params: config.params.clone(),
             min_samples: config.min_samples,
+            min_samples_fresh: config.min_samples_fresh.min(config.min_samples),
             streaming: config.streaming,
             ttft: StratifiedWindow::new(config.per_bucket, config.test_cap, config.test_percent),
             tpot: StratifiedWindow::new(config.per_bucket, config.test_cap, config.test_percent),
@@ -104,9 +106,11 @@ impl Trainer {
         }
     }
 
-    /// Whether `target`'s window holds enough samples to train on (`min_samples`, at least one).
-    pub fn ready(&self, target: Target) -> bool {
-        self.len(target) >= self.min_samples.max(1)
+    /// Whether `target`'s window holds enough samples to train on: `min_samples`, or `min_samples_fresh`
+    /// while the target has no model (`has_model` false); at least one.
+    pub fn ready(&self, target: Target, has_model: bool) -> bool {
+        let needed = if has_model { self.min_samples } else { self.min_samples_fresh };
+        self.len(target) >= needed.max(1)
     }
 
     /// Fits `target`'s model on its window and scores it on the held-out split.

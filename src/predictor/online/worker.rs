@@ -148,8 +148,10 @@ impl Worker {
         self.fresh = 0;
         self.refresh_window_gauges();
         let mut trained = [None, None];
+        let current = self.predictor.snapshot();
         for (slot, target) in trained.iter_mut().zip(Target::ALL) {
-            if !self.trainer.ready(target) {
+            let has_model = current.as_ref().is_some_and(|m| m.get(target).is_some());
+            if !self.trainer.ready(target, has_model) {
                 continue;
             }
             let started = Instant::now();
@@ -168,7 +170,6 @@ impl Worker {
         if ttft.is_none() && tpot.is_none() {
             return false;
         }
-        let current = self.predictor.snapshot();
         let Some(ttft) = ttft.or_else(|| current.as_ref().map(|m| m.ttft.clone())) else {
             return false;
         };
