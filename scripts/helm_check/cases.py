@@ -62,7 +62,8 @@ CASES = {
     "no rbac, own token setting": {"rbac": {"create": False}, "serviceAccount": {"automountServiceAccountToken": True}},
     # The latency predictor: upstream's switch with training settings, upstream's whole block (sidecar keys
     # ignored), off (the default config unchanged), with the routing-only example and a model PVC, and with
-    # a custom config that has the producer (an env entry of the user's wins over the mapped one).
+    # a custom config that has the producer (in flow style; an env entry of the user's wins over the mapped
+    # one).
     "latency predictor --set": helm.parse_set_string(",".join(PREDICTOR_SETS)),
     "latency predictor upstream block": UPSTREAM_PREDICTOR,
     "latency predictor off": {"inferenceExtension": {"latencyPredictor": {"enabled": False}}},
@@ -75,7 +76,7 @@ CASES = {
                 "LATENCY_MIN_SAMPLES_FOR_RETRAIN": 20, "LATENCY_MAX_TRAINING_DATA_SIZE_PER_BUCKET": 1000}}},
             "env": [{"name": "LATENCY_MIN_SAMPLES_FOR_RETRAIN", "value": "30"}],
             "pluginsCustomConfig": {"p.yaml": "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
-                                              "plugins:\n- type: predicted-latency-producer\n- type: latency-scorer\n"
+                                              "plugins:\n- {type: predicted-latency-producer}\n- type: latency-scorer\n"
                                               "- type: max-score-picker\nschedulingProfiles:\n- name: default\n"
                                               "  plugins:\n  - pluginRef: latency-scorer\n"
                                               "  - pluginRef: max-score-picker\n"}}},

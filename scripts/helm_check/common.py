@@ -21,8 +21,6 @@ MODEL_DIR = "/models"
 # (src/cli/predictor.rs); the chart sets them as env on the epp container.
 PREDICTOR_ENV = ["LATENCY_RETRAINING_INTERVAL_SEC", "LATENCY_MIN_SAMPLES_FOR_RETRAIN",
                  "LATENCY_MAX_TRAINING_DATA_SIZE_PER_BUCKET", "LATENCY_OBJECTIVE_TYPE", "LATENCY_QUANTILE_ALPHA"]
-# A config runs the latency predictor when it has this plugin.
-PREDICTOR_PLUGIN = re.compile(r"""(?m)^[ \t-]*type:[ \t]*["']?predicted-latency-producer["']?[ \t]*(#.*)?$""")
 
 
 class CheckFailed(Exception):
@@ -32,6 +30,12 @@ class CheckFailed(Exception):
 def expect(condition, message):
     if not condition:
         raise CheckFailed(message)
+
+
+def runs_predictor(config_text):
+    """Whether a config runs the latency predictor: one of its plugins is a predicted-latency-producer."""
+    plugins = (yaml.safe_load(config_text) or {}).get("plugins") or []
+    return any(isinstance(p, dict) and p.get("type") == "predicted-latency-producer" for p in plugins)
 
 
 def _struct_body(sources, name):

@@ -3,7 +3,7 @@ the native values, computed here independently of the templates' helpers."""
 
 import re
 
-from .common import API_CALLS, CHART, PREDICTOR_ENV, PREDICTOR_PLUGIN
+from .common import API_CALLS, CHART, PREDICTOR_ENV, runs_predictor
 
 
 def _env_value(value):
@@ -45,7 +45,7 @@ class Effective:
         self.config = self.custom_config or (CHART / "configs" / f"{example}.yaml").read_text()
 
         # The predictor runs when the config has its producer: a model volume and the mapped env then.
-        self.predictor = bool(PREDICTOR_PLUGIN.search(self.config))
+        self.predictor = runs_predictor(self.config)
         self.model_pvc = merged["latencyModels"]["persistentVolumeClaim"]
         training = lp.get("trainingServer") or {}
         self.model_size = training.get("volumeSize") or merged["latencyModels"]["sizeLimit"]

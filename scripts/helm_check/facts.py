@@ -5,8 +5,8 @@ import hashlib
 
 import yaml
 
-from .common import (CHART, HEALTH_SERVICES, KNOWN_FLAGS, MODEL_DIR, NAMESPACE, PREDICTOR_PLUGIN, RELEASE, expect,
-                     parse_duration_seconds)
+from .common import (CHART, HEALTH_SERVICES, KNOWN_FLAGS, MODEL_DIR, NAMESPACE, RELEASE, expect,
+                     parse_duration_seconds, runs_predictor)
 from .effective import Effective
 
 
@@ -120,7 +120,7 @@ def check_config_and_volumes(container, pod, deploy, cm, merged, eff):
 def check_predictor(container, pod, args, text, eff):
     """The latency predictor: upstream's switch gives the SLO pipeline, off leaves the default config, and
     a config with the producer gets the model volume and the mapped training env."""
-    has_producer = bool(PREDICTOR_PLUGIN.search(text))
+    has_producer = runs_predictor(text)
     expect(has_producer == eff.predictor, "predicted-latency-producer in the config")
     if eff.predictor_enabled:
         expect(has_producer, "latencyPredictor.enabled but the config has no predicted-latency-producer")

@@ -25,9 +25,16 @@ one (kubernetes-sigs/gateway-api-inference-extension:config/charts/epplib/templa
 {{- else }}{{ .Values.config.example }}{{ end }}
 {{- end }}
 
-{{/* "true" when the config runs the predictor: it has a predicted-latency-producer plugin. */}}
+{{/* "true" when the config runs the predictor: one of its plugins is a predicted-latency-producer. */}}
 {{- define "epp.predictorActive" -}}
-{{- if regexMatch "(?m)^[ \\t-]*type:[ \\t]*[\"']?predicted-latency-producer[\"']?[ \\t]*(#.*)?$" (include "epp.configText" .) }}true{{ end }}
+{{- $plugins := (include "epp.configText" . | fromYaml).plugins }}
+{{- $found := false }}
+{{- if kindIs "slice" $plugins }}
+{{- range $plugins }}
+{{- if and (kindIs "map" .) (eq (toString .type) "predicted-latency-producer") }}{{ $found = true }}{{ end }}
+{{- end }}
+{{- end }}
+{{- if $found }}true{{ end }}
 {{- end }}
 
 {{/* Where the models live: --latency-model-dir, the mount of the latency-models volume. */}}
