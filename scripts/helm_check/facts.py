@@ -158,7 +158,8 @@ def check_security(container, pod, by_kind, eff):
         expect(by_kind["ServiceAccount"]["automountServiceAccountToken"] is eff.automount, "SA token mount")
     expect(pod["automountServiceAccountToken"] is eff.automount,
            f"automountServiceAccountToken {pod['automountServiceAccountToken']}, want {eff.automount}")
-    expect([e for e in container["env"] if e["name"] not in ("NAMESPACE", "POD_NAME")] == eff.env, "env")
+    env = [e for e in container["env"] if e["name"] not in ("NAMESPACE", "POD_NAME")]
+    expect(env == eff.env, f"env {env}, want {eff.env}")
     env = {e["name"]: e for e in container["env"]}
     expect(env["NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", "NAMESPACE env")
 
