@@ -52,8 +52,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "epp.certDir" -}}/etc/epp/tls{{- end }}
 
 {{/*
-The EndpointPickerConfig text: config.text, else the chart's copy of the chosen example. An unknown
-example fails the render with the list of the known ones.
+The EndpointPickerConfig text: inferenceExtension.pluginsCustomConfig, config.text, else the chart's copy
+of the chosen example (epp.configExample). An unknown example fails the render with the list of the known
+ones.
 */}}
 {{- define "epp.configText" -}}
 {{- $ie := include "epp.ie" . | fromYaml }}
@@ -64,14 +65,15 @@ example fails the render with the list of the known ones.
 {{- else if .Values.config.text }}
 {{- .Values.config.text }}
 {{- else }}
-{{- $path := printf "configs/%s.yaml" .Values.config.example }}
+{{- $example := include "epp.configExample" . }}
+{{- $path := printf "configs/%s.yaml" $example }}
 {{- $text := .Files.Get $path }}
 {{- if not $text }}
 {{- $known := list }}
 {{- range $file, $_ := .Files.Glob "configs/*.yaml" }}
 {{- $known = append $known (base $file | trimSuffix ".yaml") }}
 {{- end }}
-{{- fail (printf "config.example %q: no such example; known: %s (or set config.text)" .Values.config.example (join ", " $known)) }}
+{{- fail (printf "config.example %q: no such example; known: %s (or set config.text)" $example (join ", " $known)) }}
 {{- end }}
 {{- $text }}
 {{- end }}
@@ -99,6 +101,7 @@ refresh-metrics-interval: refreshMetricsInterval
 refresh-prometheus-metrics-interval: refreshPrometheusMetricsInterval
 metrics-staleness-threshold: metricsStalenessThreshold
 shutdown-grace-period: shutdownGracePeriod
+latency-model-dir: latencyModels (the chart mounts /models when the config has a predicted-latency-producer)
 {{- end }}
 
 {{- define "epp.validate" -}}
@@ -108,6 +111,7 @@ shutdown-grace-period: shutdownGracePeriod
 {{- if and (gt (int (include "epp.replicas" .)) 1) (not (include "epp.leaderElection" .)) }}
 {{- fail (printf "replicas=%s needs leaderElection.enabled: true (without it every replica is an independent picker with split state, all of them ready)" (include "epp.replicas" .)) }}
 {{- end }}
+{{- include "epp.validatePredictor" . }}
 {{- $managed := include "epp.managedFlags" . | fromYaml }}
 {{- range $flag, $_ := include "epp.flags" . | fromYaml }}
 {{- $key := trimPrefix "--" $flag }}

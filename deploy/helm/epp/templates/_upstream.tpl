@@ -5,9 +5,14 @@ mapped onto this chart's own values. Each helper answers one effective value; an
 set, wins over the native one. deploy/helm/README.md lists the mapped and the ignored keys.
 */}}
 
+{{/*
+inferenceExtension as YAML, for `include "epp.ie" . | fromYaml`. The final newline matters: toYaml drops
+it, and a block scalar that is last in the document (pluginsCustomConfig when no later key is set) would
+then lose its own.
+*/}}
 {{- define "epp.ie" -}}
 {{- toYaml (.Values.inferenceExtension | default dict) }}
-{{- end }}
+{{ end }}
 
 {{/* Replicas: inferenceExtension.replicas, else replicas. */}}
 {{- define "epp.replicas" -}}

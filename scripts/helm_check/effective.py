@@ -1,0 +1,77 @@
+"""What a value set means once the upstream layout (inferenceExtension.*, inferencePool.*) is mapped onto
+the native values, computed here independently of the templates' helpers."""
+
+import re
+
+from .common import API_CALLS, CHART, PREDICTOR_ENV, runs_predictor
+
+
+def _env_value(value):
+    """A values-file number as the chart renders it: 5.0 -> "5", 0.85 -> "0.85"."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+class Effective:
+    def __init__(self, merged, app_version):
+        ie = merged.get("inferenceExtension") or {}
+        pool = merged.get("inferencePool") or {}
+        self.replicas = ie.get("replicas", merged["replicas"])
+        self.leader_election = merged["leaderElection"]["enabled"] or ie.get("replicas", 1) > 1
+        image = ie.get("image") or {}
+        repo = merged["image"]["repository"]
+        if image.get("hub") and image.get("name"):
+            repo = f"{image['hub']}/{image['name']}"
+        elif image.get("registry") and image.get("repository"):
+            repo = f"{image['registry']}/{image['repository']}"
+        elif image.get("repository"):
+            repo = image["repository"]
+        self.image = f"{repo}:{image.get('tag') or merged['image']['tag'] or app_version}"
+        self.grpc_port = ie.get("extProcPort") or merged["ports"]["grpc"]
+        self.flags = {**merged["flags"], **(ie.get("flags") or {})}
+
+        # The config: a custom one, else the example; upstream's latencyPredictor.enabled turns the
+        # default example into predicted-latency-slo.
+        lp = ie.get("latencyPredictor") or {}
+        self.predictor_enabled = bool(lp.get("enabled"))
+        custom = ie.get("pluginsCustomConfig") or {}
+        config_file = ie.get("pluginsConfigFile") or (next(iter(custom)) if len(custom) == 1 else "")
+        self.custom_config = custom.get(config_file) or merged["config"]["text"]
+        example = merged["config"]["example"]
+        if self.predictor_enabled and example == "default":
+            example = "predicted-latency-slo"
+        self.example = None if self.custom_config else example
+        self.config = self.custom_config or (CHART / "configs" / f"{example}.yaml").read_text()
+
+        # The predictor runs when the config has its producer: a model volume and the mapped env then.
+        self.predictor = runs_predictor(self.config)
+        self.model_pvc = merged["latencyModels"]["persistentVolumeClaim"]
+        training = lp.get("trainingServer") or {}
+        self.model_size = training.get("volumeSize") or merged["latencyModels"]["sizeLimit"]
+        user_env = merged["env"] + (ie.get("env") or [])
+        taken = {e["name"] for e in user_env}
+        config = training.get("config") or {}
+        self.predictor_env = [{"name": n, "value": _env_value(config[n])} for n in PREDICTOR_ENV
+                              if self.predictor and n in config and n not in taken]
+        self.env = self.predictor_env + user_env
+
+        self.static = bool(merged["endpoints"] or re.search(r"(?m)^endpoints:", self.config)
+                           or "endpoints-file" in self.flags)
+        self.calls_api = not self.static or self.leader_election
+        self.pool_group = (pool.get("apiVersion") or merged["pool"]["group"]).split("/")[0]
+        self.match_labels = (pool.get("modelServers") or {}).get("matchLabels") or {}
+        self.target_ports = [pool["targetPortNumber"]] if pool.get("targetPortNumber") else \
+            [p["number"] for p in pool.get("targetPorts") or []]
+        self.failure_mode = ie.get("failureMode") or "FailOpen"
+        prom = (ie.get("monitoring") or {}).get("prometheus") or {}
+        self.service_monitor = merged["serviceMonitor"]["enabled"] or bool(prom.get("enabled"))
+        self.sm_labels = {**merged["serviceMonitor"]["labels"], **(prom.get("extraLabels") or {})}
+        self.resources = ie.get("resources") or merged["resources"]
+        token = merged["serviceAccount"]["automountServiceAccountToken"]
+        self.automount = token if isinstance(token, bool) else self.calls_api
+        features = ([] if self.static else ["discovery", "inferencePool"]) + \
+            (["leaderElection"] if self.leader_election else [])
+        self.rules = [{"apiGroups": [self.pool_group if c["group"] == "POOL_GROUP" else c["group"]],
+                       "resources": [c["resource"]], "verbs": c["verbs"]}
+                      for f in features for c in API_CALLS[f]] if merged["rbac"]["create"] else []

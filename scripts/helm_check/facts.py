@@ -1,0 +1,209 @@
+"""The chart's promises, checked for one rendered value set against the merged values the render used
+(their meaning computed independently in effective.py)."""
+
+import hashlib
+
+import yaml
+
+from .common import (CHART, HEALTH_SERVICES, KNOWN_FLAGS, MODEL_DIR, NAMESPACE, RELEASE, expect,
+                     parse_duration_seconds, runs_predictor)
+from .effective import Effective
+
+
+def check_case(docs, notes, merged, app_version):
+    """Checks every promise; returns the epp arguments ({flag: value}), the config text and the
+    container's plain env ({name: value}) for the start-up check."""
+    eff = Effective(merged, app_version)
+    by_kind = {}
+    for doc in docs:
+        expect(doc["kind"] not in by_kind, f"two {doc['kind']} objects")
+        expect(doc["metadata"].get("namespace") == NAMESPACE, f"{doc['kind']} not in the release namespace")
+        by_kind[doc["kind"]] = doc
+    wanted = {"Deployment", "Service", "ConfigMap"}
+    wanted |= {"ServiceAccount"} if merged["serviceAccount"]["create"] else set()
+    wanted |= {"ServiceMonitor"} if eff.service_monitor else set()
+    wanted |= {"Role", "RoleBinding"} if eff.rules else set()
+    wanted |= {"InferencePool"} if eff.match_labels else set()
+    wanted |= {"PodDisruptionBudget"} if merged["podDisruptionBudget"]["enabled"] else set()
+    expect(set(by_kind) == wanted, f"kinds {sorted(by_kind)} != {sorted(wanted)}")
+    deploy = by_kind["Deployment"]
+    spec, pod = deploy["spec"], deploy["spec"]["template"]["spec"]
+    expect(spec["replicas"] == eff.replicas and spec["strategy"] == {"type": "Recreate"},
+           f"not replicas {eff.replicas} / Recreate")
+    expect(eff.replicas <= 1 or eff.leader_election, "several replicas without leader election")
+    expect(spec["selector"]["matchLabels"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items(),
+           "Deployment selector does not select its pods")
+    [container] = pod["containers"]
+    expect(container["image"] == eff.image, f"image {container['image']}, want {eff.image}")
+
+    args = check_args(container, merged, eff)
+    grace = pod["terminationGracePeriodSeconds"]
+    expect(grace == merged["terminationGracePeriodSeconds"], "terminationGracePeriodSeconds")
+    expect(parse_duration_seconds(args["--shutdown-grace-period"]) < grace,
+           "--shutdown-grace-period must end before terminationGracePeriodSeconds")
+    check_ports(container, by_kind["Service"], spec, merged, eff)
+    text = check_config_and_volumes(container, pod, deploy, by_kind["ConfigMap"], merged, eff)
+    check_predictor(container, pod, args, text, eff)
+    check_security(container, pod, by_kind, eff)
+    check_rbac_pool_monitor(by_kind, pod, args, deploy, eff)
+    check_notes(notes, eff)
+    plain_env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    return args, text, plain_env
+
+
+def check_args(container, merged, eff):
+    args = {}
+    for arg in container["args"]:
+        flag, _, value = arg.partition("=")
+        expect(flag.startswith("--") and flag[2:] in KNOWN_FLAGS, f"epp has no flag {flag}")
+        expect(flag not in args, f"{flag} passed twice")
+        args[flag] = value
+    ports = merged["ports"]
+    want = {"--grpc-port": str(eff.grpc_port), "--pool-group": eff.pool_group,
+            "--grpc-health-port": str(ports["health"]),
+            "--metrics-port": str(ports["metrics"]), "--config-file": "/config/config.yaml",
+            "--pool-name": merged["pool"]["name"] or RELEASE,
+            "--secure-serving": str(merged["secureServing"]).lower(),
+            "--shutdown-grace-period": merged["shutdownGracePeriod"], "--log-level": merged["logLevel"],
+            "--refresh-metrics-interval": merged["refreshMetricsInterval"]}
+    if merged["endpoints"]:
+        want["--endpoints"] = ",".join(merged["endpoints"])
+    if merged["tls"]["secretName"]:
+        want["--cert-path"] = "/etc/epp/tls"
+    if eff.leader_election:
+        want["--ha-enable-leader-election"] = "true"
+    if eff.predictor:
+        want["--latency-model-dir"] = MODEL_DIR
+    expect(("--ha-enable-leader-election" in args) == eff.leader_election, "--ha-enable-leader-election")
+    expect(("--latency-model-dir" in args) == eff.predictor, "--latency-model-dir without the predictor")
+    for flag, value in eff.flags.items():
+        want[f"--{flag}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    for flag, value in want.items():
+        expect(args.get(flag) == value, f"{flag}: {args.get(flag)!r}, want {value!r}")
+    expect(("--endpoints" in args) == bool(merged["endpoints"]), "--endpoints without endpoints")
+    expect(("--cert-path" in args) == bool(merged["tls"]["secretName"]), "--cert-path without a Secret")
+    return args
+
+
+def check_ports(container, svc, spec, merged, eff):
+    ports = merged["ports"]
+    for probe, service in (("readinessProbe", "readiness"), ("livenessProbe", "liveness")):
+        expect(container[probe]["grpc"] == {"port": ports["health"], "service": service}, f"{probe}")
+        expect(service in HEALTH_SERVICES, f"epp does not answer health service {service!r}")
+    cports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    expect(cports == {"grpc": eff.grpc_port, "grpc-health": ports["health"], "metrics": ports["metrics"]},
+           f"container ports {cports}")
+    sports = {p["name"]: (p["port"], p["targetPort"]) for p in svc["spec"]["ports"]}
+    expect(sports == {"grpc-ext-proc": (eff.grpc_port, "grpc"), "grpc-health": (ports["health"], "grpc-health"),
+                      "http-metrics": (ports["metrics"], "metrics")}, f"service ports {sports}")
+    expect(svc["spec"]["selector"] == spec["selector"]["matchLabels"], "Service selector != pod selector")
+
+
+def check_config_and_volumes(container, pod, deploy, cm, merged, eff):
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    expect(mounts["config"]["mountPath"] == "/config" and mounts["config"]["readOnly"], "config mount")
+    expect(volumes["config"]["configMap"]["name"] == cm["metadata"]["name"], "config volume -> ConfigMap")
+    text = cm["data"]["config.yaml"]
+    expect(text.strip() == eff.config.strip(), "ConfigMap config.yaml is not the chosen config")
+    expect(yaml.safe_load(text)["kind"] == "EndpointPickerConfig", "config is not an EndpointPickerConfig")
+    checksum = deploy["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    expect(checksum == hashlib.sha256(eff.config.encode()).hexdigest(), "checksum/config is not the config's sha256")
+    if merged["tls"]["secretName"]:
+        expect(mounts["tls"]["mountPath"] == "/etc/epp/tls" and mounts["tls"]["readOnly"], "tls mount")
+        expect(volumes["tls"]["secret"]["secretName"] == merged["tls"]["secretName"], "tls Secret")
+    else:
+        expect("tls" not in volumes, "tls volume without a Secret")
+    return text
+
+
+def check_predictor(container, pod, args, text, eff):
+    """The latency predictor: upstream's switch gives the SLO pipeline, off leaves the default config, and
+    a config with the producer gets the model volume and the mapped training env."""
+    has_producer = runs_predictor(text)
+    expect(has_producer == eff.predictor, "predicted-latency-producer in the config")
+    if eff.predictor_enabled:
+        expect(has_producer, "latencyPredictor.enabled but the config has no predicted-latency-producer")
+        if not eff.custom_config:
+            expect(eff.example == "predicted-latency-slo", f"latencyPredictor.enabled chose {eff.example}")
+    elif not eff.custom_config and eff.example == "default":
+        default = (CHART / "configs" / "default.yaml").read_text()
+        expect(not has_producer and text.strip() == default.strip(), "the default config changed")
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    expect(("latency-models" in volumes) == eff.predictor, "latency-models volume without the predictor")
+    expect(("latency-models" in mounts) == eff.predictor, "latency-models mount without the predictor")
+    if eff.predictor:
+        mount = mounts["latency-models"]
+        expect(mount["mountPath"] == args["--latency-model-dir"] == MODEL_DIR and not mount.get("readOnly"),
+               f"latency-models mount {mount}")
+        volume = {k: v for k, v in volumes["latency-models"].items() if k != "name"}
+        want = {"persistentVolumeClaim": {"claimName": eff.model_pvc}} if eff.model_pvc else \
+            {"emptyDir": {"sizeLimit": eff.model_size}}
+        expect(volume == want, f"latency-models volume {volume}, want {want}")
+    names = [e["name"] for e in container["env"]]
+    expect(len(names) == len(set(names)), f"an env name set twice: {names}")
+    mapped = [e for e in container["env"] if e["name"].startswith("LATENCY_")]
+    expect(all(e in eff.env for e in mapped), f"latency env {mapped}")
+
+
+def check_security(container, pod, by_kind, eff):
+    expect(container["resources"] == eff.resources, f"resources {container['resources']}")
+    sc = container["securityContext"]
+    expect(sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
+           and sc["capabilities"]["drop"] == ["ALL"], f"container securityContext {sc}")
+    expect(pod["securityContext"]["runAsNonRoot"], "pod securityContext runAsNonRoot")
+    if "ServiceAccount" in by_kind:
+        expect(pod["serviceAccountName"] == by_kind["ServiceAccount"]["metadata"]["name"], "ServiceAccount name")
+        expect(by_kind["ServiceAccount"]["automountServiceAccountToken"] is eff.automount, "SA token mount")
+    expect(pod["automountServiceAccountToken"] is eff.automount,
+           f"automountServiceAccountToken {pod['automountServiceAccountToken']}, want {eff.automount}")
+    env = [e for e in container["env"] if e["name"] not in ("NAMESPACE", "POD_NAME")]
+    expect(env == eff.env, f"env {env}, want {eff.env}")
+    env = {e["name"]: e for e in container["env"]}
+    expect(env["NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", "NAMESPACE env")
+
+
+def check_rbac_pool_monitor(by_kind, pod, args, deploy, eff):
+    svc = by_kind["Service"]
+    if eff.rules:
+        role, binding = by_kind["Role"], by_kind["RoleBinding"]
+        expect(role["rules"] == eff.rules, f"Role rules {role['rules']}, want exactly {eff.rules}")
+        expect(binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                      "name": role["metadata"]["name"]}, "RoleBinding roleRef")
+        expect(binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"],
+                                        "namespace": NAMESPACE}], "RoleBinding subject")
+        expect(eff.automount, "RBAC granted but no token mounted")
+    if eff.match_labels:
+        pool_doc = by_kind["InferencePool"]
+        expect(pool_doc["metadata"]["name"] == args["--pool-name"], "InferencePool name != --pool-name")
+        expect(pool_doc["apiVersion"].split("/")[0] == args["--pool-group"], "InferencePool group != --pool-group")
+        ps, v1 = pool_doc["spec"], pool_doc["apiVersion"].endswith("/v1")
+        ref = ps["endpointPickerRef"] if v1 else ps["extensionRef"]
+        expect((ps["selector"]["matchLabels"] if v1 else ps["selector"]) == eff.match_labels, "pool selector")
+        ports = [p["number"] for p in ps["targetPorts"]] if v1 else [ps["targetPortNumber"]]
+        expect(ports == (eff.target_ports if v1 else eff.target_ports[:1]), f"pool target ports {ports}")
+        expect((ref["name"], ref["port"]["number"] if v1 else ref["portNumber"]) == (svc["metadata"]["name"],
+               eff.grpc_port), "the pool's endpoint picker reference is not the ext_proc Service port")
+        expect(ref["failureMode"] == eff.failure_mode, f"failureMode {ref['failureMode']}")
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    if "ServiceMonitor" in by_kind:
+        sports = {p["name"] for p in svc["spec"]["ports"]}
+        sm = by_kind["ServiceMonitor"]["spec"]
+        expect(sm["endpoints"][0]["port"] in sports and sm["endpoints"][0]["path"] == "/metrics", "SM port")
+        expect(sm["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items(), "SM misses Service")
+        expect(sm["namespaceSelector"]["matchNames"] == [NAMESPACE], "SM namespace")
+        expect(eff.sm_labels.items() <= by_kind["ServiceMonitor"]["metadata"]["labels"].items(),
+               "serviceMonitor.labels")
+    if "PodDisruptionBudget" in by_kind:
+        selector = by_kind["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]
+        expect(selector.items() <= pod_labels.items(), "PDB does not select the pod")
+
+
+def check_notes(notes, eff):
+    expect(("epp stays NOT_SERVING until InferencePool" in notes) == (not eff.static and not eff.match_labels),
+           "NOTES: the missing-pool note")
+    expect(("predicted in process by epp" in notes and "no training or prediction sidecars" in notes)
+           == eff.predictor, "NOTES: the in-process latency predictor line")
+    expect(("x-llm-d-slo-ttft-ms" in notes) == (eff.example == "predicted-latency-slo"), "NOTES: the SLO headers")
+    expect("is ignored" not in notes, "NOTES still says something is ignored")
