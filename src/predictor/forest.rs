@@ -13,6 +13,9 @@
 //! XGBoost, so the comparisons are the same ones it makes.
 
 use super::error::ModelError;
+use ranked::{Ranked, LANES};
+
+mod ranked;
 
 /// The deepest tree the flattened layout accepts: 2^12 leaves per tree is 48 KB per tree.
 pub const MAX_DEPTH: u32 = 12;
@@ -53,6 +56,8 @@ pub struct Forest {
     splits: Vec<Split>,
     /// `n_trees × 2^depth` leaf values.
     leaves: Vec<f32>,
+    /// The same trees for the vector kernel, when they fit it (see [`ranked`]).
+    ranked: Option<Ranked>,
 }
 
 impl Forest {
@@ -71,12 +76,14 @@ impl Forest {
             base_score,
             splits: vec![Split { threshold: 0.0, feature: 0 }; n_leaves * trees.len()],
             leaves: vec![0.0; n_leaves * trees.len()],
+            ranked: None,
         };
         for (t, tree) in trees.iter().enumerate() {
             let splits = &mut forest.splits[t * n_leaves..(t + 1) * n_leaves - 1];
             let leaves = &mut forest.leaves[t * n_leaves..(t + 1) * n_leaves];
             place(tree, 0, 0, splits, leaves);
         }
+        forest.ranked = Ranked::new(n_features, depth, &forest.splits, &forest.leaves);
         Ok(forest)
     }
 
@@ -168,6 +175,27 @@ impl Forest {
             out.fill(self.walk::<1, false>(&[])[0]);
             return;
         }
+        match self.ranked.as_ref().filter(|_| Ranked::available()) {
+            Some(ranked) => {
+                for (block, out) in rows.chunks(LANES * nf).zip(out.chunks_mut(LANES)) {
+                    // A short tail is cheaper as one scalar block than as a mostly empty vector one.
+                    if out.len() <= BLOCK || block.iter().any(|x| x.is_nan()) {
+                        self.predict_scalar(block, out);
+                    } else {
+                        let sums = ranked.sums(block, nf, self.depth);
+                        for (out, sum) in out.iter_mut().zip(sums) {
+                            *out = sum + self.base_score;
+                        }
+                    }
+                }
+            }
+            None => self.predict_scalar(rows, out),
+        }
+    }
+
+    /// [`Forest::predict_batch`] on the scalar kernels, for `n_features > 0`.
+    fn predict_scalar(&self, rows: &[f32], out: &mut [f32]) {
+        let nf = self.n_features;
         for (block, out) in rows.chunks(BLOCK * nf).zip(out.chunks_mut(BLOCK)) {
             if nf > FAST_FEATURES || block.iter().any(|x| x.is_nan()) {
                 for (row, out) in block.chunks_exact(nf).zip(out.iter_mut()) {
