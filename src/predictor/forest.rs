@@ -8,6 +8,11 @@
 //! time, so the 16 walks are independent chains the CPU overlaps, and a tree's nodes stay in cache while the block uses
 //! them. Depth-6 trees take 63 splits × 8 bytes + 64 leaves × 4 bytes: 200 trees fit in 152 KB.
 //!
+//! That scalar kernel is the fallback. Forests of depth 4 to 6 over at most 16 features with at most 255
+//! distinct thresholds per feature (every histogram-trained model) also get byte tables for the vector
+//! kernel in [`ranked`], which walks 32 NaN-free rows at a time where the CPU has AVX2: ~2.5× the
+//! scalar kernel's rows per second, with bit-identical predictions.
+//!
 //! The split rule is XGBoost's: `x < threshold` goes left, a missing value (NaN) goes the node's default
 //! way (dmlc/xgboost:src/predictor/predict_fn.h, `GetNextNode`). Features and thresholds are `f32`, as in
 //! XGBoost, so the comparisons are the same ones it makes.
