@@ -8,9 +8,10 @@
 //! ranks among all the forest's thresholds on that feature (at most 255, which histogram-trained
 //! models, ours and XGBoost's `hist`, always have), a row value by the count of thresholds `≤` it, and
 //! then `x < threshold` is exactly `rank(x) ≤ rank(threshold)`. A tree's per-position features and
-//! threshold ranks are byte tables `vpshufb` reads 32 lanes at a time, a row's value for the feature
-//! at its position is a 4-level blend over the ≤ 16 feature columns, and a level of 32 rows is ~25
-//! instructions. Leaf values are then summed per row, tree after tree, in the scalar kernel's order:
+//! threshold ranks are byte tables `vpshufb` reads 32 lanes at a time, and a row's value for the
+//! feature at its position is a blend over feature columns: over the 1, 2, 4 or 8 columns of the top
+//! four levels' features (picked by the position's low bits), over all ≤ 16 below; a level of 32 rows
+//! is 5 to 25 instructions. Leaf values are then summed per row, tree after tree, in the scalar kernel's order:
 //! the predictions are bit for bit the scalar ones (the forest's tests and the xgboost equivalence
 //! test check it).
 
@@ -162,31 +163,31 @@ impl Ranked {
             // `vpshufb` looks a byte up in 16 by the low 4 bits of each lane's position: positions 1..16
             // (levels 0-3) in the first table, 16..32 (level 4) in the second, 32..64 (level 5) in the
             // third or fourth.
+            let fb = f;
             let f = tables(f);
             let t = tables(t);
             let mut p = _mm256_set1_epi8(1);
             for level in 0..depth {
-                let (feature, threshold) = match level {
-                    0..4 => (_mm256_shuffle_epi8(f[0], p), _mm256_shuffle_epi8(t[0], p)),
-                    4 => (_mm256_shuffle_epi8(f[1], p), _mm256_shuffle_epi8(t[1], p)),
+                let (x, threshold) = match level {
+                    // Positions 1..16: at most 8 per level, so the row's value is a blend over the
+                    // columns of the level's features (read from the table as plain bytes), picked by
+                    // the position's low bits, instead of over all 16 columns.
+                    0..4 => (level_select(&columns, fb, p, level), _mm256_shuffle_epi8(t[0], p)),
+                    4 => {
+                        let feature = _mm256_shuffle_epi8(f[1], p);
+                        (select(&columns, feature), _mm256_shuffle_epi8(t[1], p))
+                    }
                     _ => {
                         // Bit 4 of the position picks the table; moved to the top bit for the blend.
                         let high = _mm256_slli_epi16::<3>(p);
-                        (
-                            _mm256_blendv_epi8(
-                                _mm256_shuffle_epi8(f[2], p),
-                                _mm256_shuffle_epi8(f[3], p),
-                                high,
-                            ),
-                            _mm256_blendv_epi8(
-                                _mm256_shuffle_epi8(t[2], p),
-                                _mm256_shuffle_epi8(t[3], p),
-                                high,
-                            ),
-                        )
+                        let pick = |table: &[__m256i; 4]| {
+                            let (low, high_table) =
+                                (_mm256_shuffle_epi8(table[2], p), _mm256_shuffle_epi8(table[3], p));
+                            _mm256_blendv_epi8(low, high_table, high)
+                        };
+                        (select(&columns, pick(&f)), pick(&t))
                     }
                 };
-                let x = select(&columns, feature);
                 // Left when rank(x) ≤ rank(threshold), all-ones (−1): the odd child 2p + 1.
                 let left = _mm256_cmpeq_epi8(_mm256_min_epu8(x, threshold), x);
                 p = _mm256_sub_epi8(_mm256_add_epi8(p, p), left);
@@ -252,6 +253,35 @@ fn tables<const LEAVES: usize>(table: &[u8; LEAVES]) -> [__m256i; 4] {
         *out = _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(chunk.as_ptr().cast()) });
     }
     out
+}
+
+/// Each lane's rank for the feature at its position at `level` (0..4), where the positions are
+/// `2^level..2^(level+1)`: the candidates are the columns of those positions' features, and bit `b` of
+/// the position picks between pairs at stage `b`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn level_select<const LEAVES: usize>(
+    columns: &[__m256i; MAX_FEATURES],
+    features: &[u8; LEAVES],
+    p: __m256i,
+    level: u32,
+) -> __m256i {
+    let first = 1usize << level;
+    let mut candidates = [_mm256_setzero_si256(); 8];
+    for (candidate, &feature) in candidates.iter_mut().zip(&features[first..2 * first]) {
+        *candidate = columns[usize::from(feature) % MAX_FEATURES];
+    }
+    for stage in 0..level {
+        let bit = match stage {
+            0 => _mm256_slli_epi16::<7>(p),
+            1 => _mm256_slli_epi16::<6>(p),
+            _ => _mm256_slli_epi16::<5>(p),
+        };
+        for i in 0..(first >> (stage + 1)) {
+            candidates[i] = _mm256_blendv_epi8(candidates[2 * i], candidates[2 * i + 1], bit);
+        }
+    }
+    candidates[0]
 }
 
 /// Each lane's rank for the feature in that lane: a blend tree over the feature number's 4 bits (bit
