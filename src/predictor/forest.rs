@@ -10,7 +10,7 @@
 //!
 //! That scalar kernel is the fallback. Forests of depth 4 to 6 over at most 16 features with at most 255
 //! distinct thresholds per feature (every histogram-trained model) also get byte tables for the vector
-//! kernel in [`ranked`], which walks 32 NaN-free rows at a time where the CPU has AVX2: ~2.5× the
+//! kernel in [`ranked`], which walks 32 NaN-free rows at a time where the CPU has AVX2: 2–4× the
 //! scalar kernel's rows per second, with bit-identical predictions.
 //!
 //! The split rule is XGBoost's: `x < threshold` goes left, a missing value (NaN) goes the node's default
