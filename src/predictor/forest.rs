@@ -8,11 +8,19 @@
 //! time, so the 16 walks are independent chains the CPU overlaps, and a tree's nodes stay in cache while the block uses
 //! them. Depth-6 trees take 63 splits × 8 bytes + 64 leaves × 4 bytes: 200 trees fit in 152 KB.
 //!
+//! That scalar kernel is the fallback. Forests of depth 4 to 6 over at most 16 features with at most 255
+//! distinct thresholds per feature (every histogram-trained model) also get byte tables for the vector
+//! kernel in [`ranked`], which walks 32 NaN-free rows at a time where the CPU has AVX2: 2–4× the
+//! scalar kernel's rows per second, with bit-identical predictions.
+//!
 //! The split rule is XGBoost's: `x < threshold` goes left, a missing value (NaN) goes the node's default
 //! way (dmlc/xgboost:src/predictor/predict_fn.h, `GetNextNode`). Features and thresholds are `f32`, as in
 //! XGBoost, so the comparisons are the same ones it makes.
 
 use super::error::ModelError;
+use ranked::{Ranked, LANES};
+
+mod ranked;
 
 /// The deepest tree the flattened layout accepts: 2^12 leaves per tree is 48 KB per tree.
 pub const MAX_DEPTH: u32 = 12;
@@ -53,6 +61,8 @@ pub struct Forest {
     splits: Vec<Split>,
     /// `n_trees × 2^depth` leaf values.
     leaves: Vec<f32>,
+    /// The same trees for the vector kernel, when they fit it (see [`ranked`]).
+    ranked: Option<Ranked>,
 }
 
 impl Forest {
@@ -71,12 +81,14 @@ impl Forest {
             base_score,
             splits: vec![Split { threshold: 0.0, feature: 0 }; n_leaves * trees.len()],
             leaves: vec![0.0; n_leaves * trees.len()],
+            ranked: None,
         };
         for (t, tree) in trees.iter().enumerate() {
             let splits = &mut forest.splits[t * n_leaves..(t + 1) * n_leaves - 1];
             let leaves = &mut forest.leaves[t * n_leaves..(t + 1) * n_leaves];
             place(tree, 0, 0, splits, leaves);
         }
+        forest.ranked = Ranked::new(n_features, depth, &forest.splits, &forest.leaves);
         Ok(forest)
     }
 
@@ -168,6 +180,27 @@ impl Forest {
             out.fill(self.walk::<1, false>(&[])[0]);
             return;
         }
+        match self.ranked.as_ref().filter(|_| Ranked::available()) {
+            Some(ranked) => {
+                for (block, out) in rows.chunks(LANES * nf).zip(out.chunks_mut(LANES)) {
+                    // A short tail is cheaper as one scalar block than as a mostly empty vector one.
+                    if out.len() <= BLOCK || block.iter().any(|x| x.is_nan()) {
+                        self.predict_scalar(block, out);
+                    } else {
+                        let sums = ranked.sums(block, nf, self.depth);
+                        for (out, sum) in out.iter_mut().zip(sums) {
+                            *out = sum + self.base_score;
+                        }
+                    }
+                }
+            }
+            None => self.predict_scalar(rows, out),
+        }
+    }
+
+    /// [`Forest::predict_batch`] on the scalar kernels, for `n_features > 0`.
+    fn predict_scalar(&self, rows: &[f32], out: &mut [f32]) {
+        let nf = self.n_features;
         for (block, out) in rows.chunks(BLOCK * nf).zip(out.chunks_mut(BLOCK)) {
             if nf > FAST_FEATURES || block.iter().any(|x| x.is_nan()) {
                 for (row, out) in block.chunks_exact(nf).zip(out.iter_mut()) {

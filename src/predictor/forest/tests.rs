@@ -113,3 +113,86 @@ fn exported_trees_fold_padding_and_predict_the_same() {
         }
     }
 }
+
+/// SplitMix64 for reproducible random forests and rows.
+fn unit(state: &mut u64) -> f32 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32
+}
+
+/// `n_trees` trees of `depth` over `n_features`, thresholds drawn from `grid` values in [0, 1), some
+/// subtrees cut short into leaves (padding).
+fn grid_forest(state: &mut u64, n_features: usize, depth: u32, n_trees: usize, grid: f32) -> Forest {
+    let trees: Vec<Vec<Node>> = (0..n_trees)
+        .map(|_| {
+            let mut nodes = vec![Node::Leaf(0.0)];
+            let mut open = vec![(0usize, 0u32)];
+            while let Some((i, level)) = open.pop() {
+                if level == depth || (level > 1 && unit(state) < 0.1) {
+                    nodes[i] = Node::Leaf(unit(state) - 0.5);
+                    continue;
+                }
+                let (left, right) = (nodes.len(), nodes.len() + 1);
+                nodes.extend([Node::Leaf(0.0), Node::Leaf(0.0)]);
+                nodes[i] = split(
+                    (unit(state) * n_features as f32) as u32 % n_features as u32,
+                    (unit(state) * grid).floor() / grid,
+                    unit(state) < 0.5,
+                    left as u32,
+                    right as u32,
+                );
+                open.extend([(left, level + 1), (right, level + 1)]);
+            }
+            nodes
+        })
+        .collect();
+    Forest::from_trees(n_features, 0.125, &trees).unwrap()
+}
+
+#[test]
+fn the_vector_kernel_predicts_bit_for_bit_what_the_scalar_one_does() {
+    let mut state = 1;
+    for (n_features, depth) in [(1, 4), (3, 5), (13, 6), (16, 6), (9, 4)] {
+        let forest = grid_forest(&mut state, n_features, depth, 37, 64.0);
+        assert!(forest.ranked.is_some(), "{n_features} features, depth {depth}: fits the vector kernel");
+        // Values on the threshold grid (ties go right), between it, infinities and both zeros.
+        let special = [0.0, -0.0, 0.5, 1.0 / 64.0, f32::INFINITY, f32::NEG_INFINITY, -1.0, 2.0];
+        for n_rows in [1, 8, 9, 31, 32, 33, 100] {
+            let rows: Vec<f32> = (0..n_rows * n_features)
+                .map(|i| match i % 3 {
+                    0 => (unit(&mut state) * 64.0).floor() / 64.0,
+                    1 => unit(&mut state),
+                    _ => special[(unit(&mut state) * 8.0) as usize % 8],
+                })
+                .collect();
+            let (mut fast, mut scalar) = (vec![0.0; n_rows], vec![0.0; n_rows]);
+            forest.predict_batch(&rows, &mut fast);
+            forest.predict_scalar(&rows, &mut scalar);
+            for (r, (a, b)) in fast.iter().zip(&scalar).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{n_features} features, depth {depth}, row {r} of {n_rows}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn forests_outside_the_vector_kernel_keep_the_scalar_one() {
+    let mut state = 2;
+    assert!(grid_forest(&mut state, 4, 3, 5, 64.0).ranked.is_none(), "depth 3 is too shallow");
+    assert!(grid_forest(&mut state, 17, 6, 5, 64.0).ranked.is_none(), "17 features are too many");
+    // 300 trees with thresholds on a grid of 2^20: far more than 255 distinct ones per feature.
+    let fine = grid_forest(&mut state, 2, 6, 300, (1 << 20) as f32);
+    assert!(fine.ranked.is_none(), "more than 255 thresholds on a feature");
+    let rows: Vec<f32> = (0..2 * 50).map(|_| unit(&mut state)).collect();
+    let (mut batch, mut one) = (vec![0.0; 50], Vec::new());
+    fine.predict_batch(&rows, &mut batch);
+    one.extend(rows.chunks(2).map(|row| fine.predict_one(row)));
+    assert_eq!(batch, one);
+}

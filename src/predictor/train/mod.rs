@@ -190,24 +190,34 @@ fn check(p: &Params, rows: &[f32], n_features: usize, targets: &[f32]) -> Result
 
 /// XGBoost's quantile with linear interpolation between order statistics at `alpha·(n+1)`
 /// (dmlc/xgboost:src/common/stats.h, `Quantile`). Reorders `values`; 0 for none.
+///
+/// Selection, not sorting: the k-th order statistic by `select_nth_unstable` and the (k+1)-th as the
+/// least of what lies above it, O(n) instead of O(n log n). The quantile objective refits every leaf of
+/// every tree this way, and sorting there made quantile training ~1.8× slower than squared error.
 fn quantile(values: &mut [f32], alpha: f32) -> f32 {
     let n = values.len();
     if n == 0 {
         return 0.0;
     }
-    values.sort_unstable_by(f32::total_cmp);
     let (a, nf) = (f64::from(alpha), n as f64);
     if a <= 1.0 / (nf + 1.0) {
-        return values[0];
+        return least(values);
     }
     if a >= nf / (nf + 1.0) {
-        return values[n - 1];
+        return values.iter().copied().fold(values[0], |m, v| std::cmp::max_by(m, v, f32::total_cmp));
     }
     let x = a * (nf + 1.0);
     let k = x.floor() as usize - 1;
     let d = x - 1.0 - k as f64;
-    let (v0, v1) = (f64::from(values[k]), f64::from(values[(k + 1).min(n - 1)]));
+    let (_, &mut kth, above) = values.select_nth_unstable_by(k, f32::total_cmp);
+    let next = if above.is_empty() { kth } else { least(above) };
+    let (v0, v1) = (f64::from(kth), f64::from(next));
     (v0 + d * (v1 - v0)) as f32
+}
+
+/// The least of `values` in `total_cmp` order (what sorting would put first); `values` is not empty.
+fn least(values: &[f32]) -> f32 {
+    values.iter().copied().fold(values[0], |m, v| std::cmp::min_by(m, v, f32::total_cmp))
 }
 
 /// The leaf a row of bins reaches in a grown tree.

@@ -89,3 +89,32 @@ fn quantile_interpolates_like_xgboost() {
     assert_eq!(quantile(&mut [1.0, 2.0, 3.0], 0.01), 1.0);
     assert_eq!(quantile(&mut [], 0.5), 0.0);
 }
+
+/// The selection-based quantile picks the same order statistics as sorting does, ties and extremes included.
+#[test]
+fn quantile_by_selection_equals_quantile_of_the_sorted_values() {
+    let sorted_quantile = |values: &[f32], alpha: f64| {
+        let mut v = values.to_vec();
+        v.sort_unstable_by(f32::total_cmp);
+        let nf = v.len() as f64;
+        if alpha <= 1.0 / (nf + 1.0) {
+            return v[0];
+        }
+        if alpha >= nf / (nf + 1.0) {
+            return v[v.len() - 1];
+        }
+        let x = alpha * (nf + 1.0);
+        let k = x.floor() as usize - 1;
+        let (v0, v1) = (f64::from(v[k]), f64::from(v[(k + 1).min(v.len() - 1)]));
+        (v0 + (x - 1.0 - k as f64) * (v1 - v0)) as f32
+    };
+    let mut rng = SplitMix64(9);
+    for n in [1, 2, 3, 7, 64, 1000] {
+        // Few distinct values, so ties are common.
+        let values: Vec<f32> = (0..n).map(|_| (rng.next() % 9) as f32 - 4.0).collect();
+        for alpha in [0.01f32, 0.1, 0.5, 0.9, 0.99] {
+            let expected = sorted_quantile(&values, f64::from(alpha));
+            assert_eq!(quantile(&mut values.clone(), alpha), expected, "n {n}, alpha {alpha}");
+        }
+    }
+}
