@@ -23,6 +23,7 @@ pub mod report;
 pub mod router;
 pub mod simulation;
 mod table;
+pub mod training;
 pub mod values;
 pub mod workload;
 
@@ -37,6 +38,7 @@ pub use generate::Plan;
 pub use report::{LabReport, Percentiles, RunReport};
 pub use router::{RouterChoice, RouterSpec};
 pub use table::format_table;
+pub use training::PredictorReport;
 pub use workload::Workload;
 
 /// Why the lab could not run.

@@ -12,6 +12,7 @@
 
 use serde::Serialize;
 
+use super::training::PredictorReport;
 use super::workload::Slo;
 
 /// How a request ended.
@@ -117,6 +118,9 @@ pub struct RunReport {
     pub completed: u64,
     pub aborted: u64,
     pub rejected: u64,
+    /// Of `rejected`, those the server would answer 429 (e.g. a sheddable request the
+    /// `latency-slo-admitter` predicts no endpoint can serve in time).
+    pub rejected_429: u64,
     /// Requests that never finished (must be 0).
     pub unfinished: u64,
     /// Finish events beyond one per request (must be 0).
@@ -133,6 +137,8 @@ pub struct RunReport {
     pub preemptions: u64,
     pub engine_steps: u64,
     pub endpoints: Vec<EndpointLoad>,
+    /// The latency predictor's warm-up and error, for configs with a `predicted-latency-producer`.
+    pub predictor: Option<PredictorReport>,
 }
 
 /// Every run of one comparison: same fleet, same workload.
@@ -212,6 +218,7 @@ pub fn summarize(
         completed,
         aborted,
         rejected,
+        rejected_429: 0,
         unfinished,
         duplicate_finishes: duplicates,
         ttft_s: Percentiles::of(&mut ttft),
@@ -225,6 +232,7 @@ pub fn summarize(
         preemptions: replicas.iter().map(|r| r.preemptions).sum(),
         engine_steps,
         endpoints,
+        predictor: None,
     }
 }
 
