@@ -36,6 +36,9 @@ const ROWS: &[(&str, Cell)] = &[
     ("throughput (req/s)", |r| format!("{:.2}", r.throughput_rps)),
     ("output (tok/s)", |r| format!("{:.0}", r.output_tokens_per_s)),
     ("SLO attainment (%)", |r| r.slo_attainment.map_or_else(|| "-".into(), percent)),
+    ("  within TTFT / TPOT (%)", |r| {
+        format!("{} / {}", opt_percent(r.ttft_attainment), opt_percent(r.tpot_attainment))
+    }),
     ("prefix hit rate (%)", |r| percent(r.prefix_hit_rate)),
     ("preemptions", |r| r.preemptions.to_string()),
     ("predictor warm-up (s)", |r| {
