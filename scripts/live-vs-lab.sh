@@ -6,10 +6,15 @@
 #         random       Envoy full duplex + epp with crates/lab/inputs/configs/random.yaml (random-picker,
 #                      no scorers)
 #         default      Envoy full duplex + epp with its default profile (queue 2, KV 2, prefix 3)
+#         predicted    Envoy full duplex + epp with config/predicted-latency.yaml (llm-d's routing-only
+#                      predicted-latency guide config; epp's in-process predictor trains on the run's own
+#                      completions and retrains every 10 s, so each run includes its warm-up). Not in the
+#                      default SETUPS: SETUPS="default predicted" compares it with the default profile.
 #   lab:  epp-bench lab on crates/lab/inputs/fleet-live.yaml + crates/lab/inputs/workload-live.yaml (the
 #         file the live runs send too, via epp-bench --lab-workload) with the same three routers
 #         (crates/lab/inputs/configs/random.yaml through epp's pipeline, the round-robin and default
-#         baselines)
+#         baselines, config/predicted-latency.yaml with the lab's own predictor retrained at 10 s
+#         virtual-time ticks)
 # Each live run gets a fresh fleet, epp and Envoy, so no run inherits another's prefix caches, queues
 # or epp state (a lab run starts cold too). Runs are interleaved by round (rr, random, default, rr, ...)
 # so machine noise spreads over all setups, and the setups of one round send the same requests at the
@@ -52,6 +57,7 @@ BASE_PORT=${BASE_PORT:-20000}
 FLEET=crates/lab/inputs/fleet-live.yaml
 LAB_WORKLOAD=crates/lab/inputs/workload-live.yaml
 RANDOM_CONFIG=crates/lab/inputs/configs/random.yaml
+PREDICTED_CONFIG=config/predicted-latency.yaml
 MODEL=meta-llama/Llama-3.1-8B-Instruct
 PROFILES=h100-8b,h100-8b,l4-8b,l4-8b
 # The live runs read the lab's own workload file (epp-bench converts its token units, see
@@ -84,7 +90,7 @@ for line in "arrival: {poisson: {rate: $RATE}}" "prompt_tokens: {uniform: {min: 
   grep -qxF "$line" "$LAB_WORKLOAD" || { echo "live-vs-lab: $LAB_WORKLOAD no longer says '$line'" >&2; exit 1; }
 done
 for setup in $SETUPS; do
-  case "$setup" in round-robin | random | default) ;; *) echo "live-vs-lab: unknown setup $setup" >&2; exit 2 ;; esac
+  case "$setup" in round-robin | random | default | predicted) ;; *) echo "live-vs-lab: unknown setup $setup" >&2; exit 2 ;; esac
 done
 
 # Simulated → real: rates × scale, run length and scrape interval ÷ scale.
@@ -169,8 +175,22 @@ run_live() { # round setup
   else
     local config=()
     if [ "$setup" = random ]; then config=(--config-file "$RANDOM_CONFIG"); fi
+    local pool=(--endpoints "$endpoints")
+    if [ "$setup" = predicted ]; then
+      # The accelerator labels of fleet-live.yaml, which the predictor's features read: file discovery
+      # carries labels, --endpoints does not.
+      config=(--config-file "$PREDICTED_CONFIG")
+      {
+        echo "endpoints:"
+        local i accelerators=(h100 h100 l4 l4)
+        for i in 0 1 2 3; do
+          echo "  - {name: sim-$i, address: 127.0.0.1, port: \"${SIM_PORTS[$i]}\", labels: {accelerator: ${accelerators[$i]}}}"
+        done
+      } >"$WORK/endpoints.yaml"
+      pool=(--endpoints-file "$WORK/endpoints.yaml")
+    fi
     start "$WORK/epp.log" "$BIN_DIR/epp" --grpc-port "$EPP_PORT" --grpc-health-port $((BASE_PORT + 11)) \
-      --metrics-port "$EPP_METRICS_PORT" --endpoints "$endpoints" --secure-serving=false --pool-name live \
+      --metrics-port "$EPP_METRICS_PORT" "${pool[@]}" --secure-serving=false --pool-name live \
       --refresh-metrics-interval "${SCRAPE_MS}ms" --log-level warn "${config[@]}"
     wait_for_port "$EPP_PORT" epp "$WORK/epp.log" "$LAST_PID"
     wait_for_port "$EPP_METRICS_PORT" epp "$WORK/epp.log" "$LAST_PID"
@@ -203,9 +223,11 @@ done
 lag_warnings=$(cat "$OUT_DIR"/sim-*.log | grep -c 'cannot keep up' || true)
 
 lab_baselines=()
-for setup in $SETUPS; do [ "$setup" = random ] || lab_baselines+=("$setup"); done
+for setup in $SETUPS; do case "$setup" in random | predicted) ;; *) lab_baselines+=("$setup") ;; esac; done
 lab_args=(--fleet "$FLEET" --workload "$LAB_WORKLOAD" --duration "${DURATION}s")
 if [[ " $SETUPS " == *" random "* ]]; then lab_args+=(--config "$RANDOM_CONFIG"); fi
+# The lab names a config column after its file: predicted-latency.
+if [[ " $SETUPS " == *" predicted "* ]]; then lab_args+=(--config "$PREDICTED_CONFIG"); fi
 [ ${#lab_baselines[@]} -eq 0 ] || lab_args+=(--baselines "$(IFS=,; echo "${lab_baselines[*]}")")
 echo "== lab: $LAB_ROUNDS cold runs of ${DURATION} s (seeds 1..$LAB_ROUNDS): epp-bench lab ${lab_args[*]} --seed N"
 for round in $(seq 1 "$LAB_ROUNDS"); do
@@ -264,7 +286,8 @@ for name in setups:
     live[name]["e2e"] = mean(live[name]["e2e_rounds"])
 lab_runs = [json.load(open(f"{out}/lab-r{r}.json")) for r in range(1, lab_rounds + 1)]
 for name in setups:
-    runs = [next(x for x in report["runs"] if x["name"] == name) for report in lab_runs]
+    lab_name = {"predicted": "predicted-latency"}.get(name, name)
+    runs = [next(x for x in report["runs"] if x["name"] == lab_name) for report in lab_runs]
     served = [sum(e["requests"] for e in run["endpoints"] if e["profile"] == "h100-8b") for run in runs]
     lab[name] = {
         "ttft": mean([run["ttft_s"]["p90"] * 1000 for run in runs]),

@@ -10,11 +10,13 @@
 //!
 //! The pieces: [`Fleet`] and [`Workload`] (the two input files), [`Plan`] (the request stream, planned
 //! once per comparison), [`RouterChoice`] (a config or a baseline), [`simulation::run`] (one run's
-//! event loop), [`LabReport`] (the numbers) and [`format_table`] (the side-by-side view).
+//! event loop), [`training`] (a predicted-latency config's own predictor, retrained at virtual-time
+//! ticks), [`LabReport`] (the numbers) and [`format_table`] (the side-by-side view).
 //!
 //! Not modelled: flow control and saturation-based admission (requests go straight to scheduling, as
 //! with flow control off and no saturation detector), model rewrites, network latency, and client
-//! behaviour (sessions are open-loop; see [`workload`]).
+//! behaviour (sessions are open-loop; see [`workload`]). A retrain publishes its model at the tick
+//! itself, where the server's training thread takes a moment: the lab's predictor is never behind.
 
 pub mod cli;
 pub mod fleet;
@@ -23,6 +25,7 @@ pub mod report;
 pub mod router;
 pub mod simulation;
 mod table;
+pub mod training;
 pub mod values;
 pub mod workload;
 
@@ -37,6 +40,7 @@ pub use generate::Plan;
 pub use report::{LabReport, Percentiles, RunReport};
 pub use router::{RouterChoice, RouterSpec};
 pub use table::format_table;
+pub use training::PredictorReport;
 pub use workload::Workload;
 
 /// Why the lab could not run.

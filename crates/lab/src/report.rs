@@ -12,6 +12,7 @@
 
 use serde::Serialize;
 
+use super::training::PredictorReport;
 use super::workload::Slo;
 
 /// How a request ended.
@@ -117,6 +118,9 @@ pub struct RunReport {
     pub completed: u64,
     pub aborted: u64,
     pub rejected: u64,
+    /// Of `rejected`, those the server would answer 429 (e.g. a sheddable request the
+    /// `latency-slo-admitter` predicts no endpoint can serve in time).
+    pub rejected_429: u64,
     /// Requests that never finished (must be 0).
     pub unfinished: u64,
     /// Finish events beyond one per request (must be 0).
@@ -129,10 +133,16 @@ pub struct RunReport {
     pub output_tokens_per_s: f64,
     /// `None` when the workload sets no SLO.
     pub slo_attainment: Option<f64>,
+    /// Shares of all planned requests that completed within the TTFT bound, and within the TPOT bound
+    /// (each `None` when the SLO does not set it): which half of the SLO is missed.
+    pub ttft_attainment: Option<f64>,
+    pub tpot_attainment: Option<f64>,
     pub prefix_hit_rate: f64,
     pub preemptions: u64,
     pub engine_steps: u64,
     pub endpoints: Vec<EndpointLoad>,
+    /// The latency predictor's warm-up and error, for configs with a `predicted-latency-producer`.
+    pub predictor: Option<PredictorReport>,
 }
 
 /// Every run of one comparison: same fleet, same workload.
@@ -170,6 +180,7 @@ pub fn summarize(
     let (mut ttft, mut tpot, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
     let (mut completed, mut aborted, mut rejected, mut unfinished, mut duplicates) = (0, 0, 0, 0, 0);
     let (mut prompt_tokens, mut cached_tokens, mut output_tokens, mut attained) = (0u64, 0u64, 0u64, 0u64);
+    let (mut ttft_attained, mut tpot_attained) = (0u64, 0u64);
     for r in records {
         duplicates += u64::from(r.duplicate_finishes);
         if let Some(ep) = endpoints.get_mut(r.replica as usize) {
@@ -198,6 +209,8 @@ pub fn summarize(
                     let ttft_ok = slo.ttft_ms.is_none_or(|b| r.ttft() * 1000.0 <= b);
                     let tpot_ok = slo.tpot_ms.is_none_or(|b| request_tpot.is_none_or(|t| t * 1000.0 <= b));
                     attained += u64::from(ttft_ok && tpot_ok);
+                    ttft_attained += u64::from(ttft_ok);
+                    tpot_attained += u64::from(tpot_ok);
                 }
             }
         }
@@ -212,6 +225,7 @@ pub fn summarize(
         completed,
         aborted,
         rejected,
+        rejected_429: 0,
         unfinished,
         duplicate_finishes: duplicates,
         ttft_s: Percentiles::of(&mut ttft),
@@ -221,10 +235,13 @@ pub fn summarize(
         throughput_rps: per_second(completed),
         output_tokens_per_s: per_second(output_tokens),
         slo_attainment: slo.map(|_| ratio(attained, records.len() as u64)),
+        ttft_attainment: slo.and_then(|s| s.ttft_ms).map(|_| ratio(ttft_attained, records.len() as u64)),
+        tpot_attainment: slo.and_then(|s| s.tpot_ms).map(|_| ratio(tpot_attained, records.len() as u64)),
         prefix_hit_rate: ratio(cached_tokens, prompt_tokens),
         preemptions: replicas.iter().map(|r| r.preemptions).sum(),
         engine_steps,
         endpoints,
+        predictor: None,
     }
 }
 
@@ -277,6 +294,7 @@ mod tests {
         let r = summarize("x", &records, &replicas, Some(slo), 2.0, 10);
         assert_eq!((r.completed, r.rejected, r.aborted, r.unfinished), (3, 1, 1, 0));
         assert_eq!(r.slo_attainment, Some(2.0 / 5.0));
+        assert_eq!((r.ttft_attainment, r.tpot_attainment), (Some(2.0 / 5.0), Some(3.0 / 5.0)));
         assert_eq!(r.throughput_rps, 1.5);
         assert_eq!(r.output_tokens_per_s, 9.0);
         assert_eq!(r.prefix_hit_rate, 0.5);

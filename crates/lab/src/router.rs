@@ -6,7 +6,8 @@
 //! scheduling plugin keeps, and a baseline should not pay for (or be helped by) producers it ignores.
 //! The pipeline path estimates tokens, builds candidates from the endpoints' last-scraped telemetry and
 //! calls the server's own decision step, `epp::director::decide` (producers → admitters → profiles →
-//! pre-request), then later the response hooks and `on_complete`, all at virtual time.
+//! pre-request), then later the response hooks and `on_complete`, all at virtual time. A config with a
+//! `predicted-latency-producer` gets its own predictor, retrained at virtual-time ticks ([`Training`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,11 +18,14 @@ use rand::{Rng, SeedableRng};
 use epp::config::{self, LoadedConfig};
 use epp::datastore::{Datastore, Endpoint};
 use epp::director::decide;
+use epp::predictor::online::PredictorHub;
 use epp::request::{Headers, ParsedRequest, TokenEstimator};
 use epp::scheduling::{
     Candidate, Completion, CompletionKind, DispatchInfo, FactoryContext, NoopObserver, Pipeline,
     PluginMetrics, Registry, SchedulingRequest, Usage,
 };
+
+use super::training::{self, Actual, PredictorReport, Training};
 
 /// A routing configuration to compare.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +63,14 @@ impl RouterChoice {
     pub const BASELINES: &'static [&'static str] = &["random", "round-robin", "default"];
 }
 
+/// Why the pipeline refused a request: the status the server would answer (429 for load: shed, no
+/// endpoint, an admitter's load denial such as `latency-slo-admitter`'s; 500 otherwise) and the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub status: u16,
+    pub reason: String,
+}
+
 /// Where a routed request went, and the dispatch record its response hooks need (pipeline only).
 pub(crate) struct Routed {
     pub replica: usize,
@@ -90,13 +102,19 @@ pub(crate) struct PipelineRouter {
     candidates: Vec<Candidate>,
     headers: Headers,
     response_headers: Vec<(String, String)>,
+    /// The run's predictor, when the config has a `predicted-latency-producer`.
+    training: Option<Training>,
 }
 
-/// Loads an EndpointPickerConfig against the run's own datastore, so plugin state (prefix index,
-/// in-flight counters) starts empty for every run.
-pub(crate) fn load_config(spec: &RouterSpec, datastore: Arc<Datastore>) -> Result<LoadedConfig, String> {
+/// Loads an EndpointPickerConfig against the run's own datastore and predictor hub, so plugin state
+/// (prefix index, in-flight counters, the predictor's samples) starts empty for every run.
+pub(crate) fn load_config(
+    spec: &RouterSpec,
+    datastore: Arc<Datastore>,
+    hub: PredictorHub,
+) -> Result<LoadedConfig, String> {
     // Plugin metrics nobody scrapes: the lab reads its numbers from the simulation.
-    let ctx = FactoryContext::new(datastore, PluginMetrics::detached());
+    let ctx = FactoryContext::new(datastore, PluginMetrics::detached()).with_predictor(hub);
     let registry = Registry::with_builtins();
     let loaded = match spec {
         RouterSpec::Config { yaml } => config::load(yaml, &registry, &ctx),
@@ -113,7 +131,8 @@ impl Router {
             RouterSpec::Random => Router::Random(rng),
             RouterSpec::RoundRobin => Router::RoundRobin(0),
             RouterSpec::Default | RouterSpec::Config { .. } => {
-                let loaded = load_config(spec, datastore)?;
+                let hub = training::hub();
+                let loaded = load_config(spec, datastore, hub.clone())?;
                 let te = loaded.token_estimator;
                 let estimator = TokenEstimator::new(te.characters_per_token, te.output_ratio)
                     .map_err(|e| e.to_string())?;
@@ -124,6 +143,7 @@ impl Router {
                     candidates: Vec::new(),
                     headers: Headers::new(),
                     response_headers: Vec::new(),
+                    training: Training::take(&hub),
                 }))
             }
         })
@@ -134,8 +154,33 @@ impl Router {
         matches!(self, Router::Pipeline(_))
     }
 
+    /// The virtual time of the predictor's next retrain tick (`None` without a predictor).
+    pub fn next_retrain(&self) -> Option<f64> {
+        match self {
+            Router::Pipeline(p) => p.training.as_ref().map(Training::next_tick),
+            _ => None,
+        }
+    }
+
+    /// Runs the predictor's retrain tick that is due.
+    pub fn retrain(&mut self) {
+        if let Router::Pipeline(p) = self {
+            if let Some(t) = &mut p.training {
+                t.tick();
+            }
+        }
+    }
+
+    /// The predictor's account of the run (`None` without a predictor).
+    pub fn predictor_report(&self) -> Option<PredictorReport> {
+        match self {
+            Router::Pipeline(p) => p.training.as_ref().map(Training::report),
+            _ => None,
+        }
+    }
+
     /// Chooses the replica for a request; `Err` carries why the pipeline refused it.
-    pub fn route(&mut self, req: &Arriving<'_>, endpoints: &[Arc<Endpoint>]) -> Result<Routed, String> {
+    pub fn route(&mut self, req: &Arriving<'_>, endpoints: &[Arc<Endpoint>]) -> Result<Routed, Refused> {
         match self {
             Router::Random(rng) => {
                 Ok(Routed { replica: rng.random_range(0..endpoints.len()), dispatch: None })
@@ -159,18 +204,33 @@ impl Router {
         }
     }
 
-    /// The response ended (`usage` is `None` when the server refused the request).
-    pub fn on_complete(&mut self, dispatch: Option<DispatchInfo>, usage: Option<Usage>, now: Instant) {
+    /// The response ended (`usage` is `None` when the server refused the request); its first token came
+    /// at `first_token`.
+    pub fn on_complete(
+        &mut self,
+        dispatch: Option<DispatchInfo>,
+        usage: Option<Usage>,
+        first_token: Instant,
+        now: Instant,
+    ) {
         if let (Router::Pipeline(p), Some(info)) = (self, dispatch) {
             let status = if usage.is_some() { 200 } else { 400 };
             let completion = Completion { kind: CompletionKind::Finished, status: Some(status), usage, now };
             p.pipeline.on_complete(&info, &completion);
+            if let (Some(t), Some(usage)) = (&mut p.training, usage) {
+                let actual = Actual {
+                    ttft_ms: training::millis(info.dispatched_at, first_token),
+                    e2e_ms: training::millis(info.dispatched_at, now),
+                    output_tokens: usage.completion_tokens,
+                };
+                t.completed(info.attrs.latency.as_ref(), &actual);
+            }
         }
     }
 }
 
 impl PipelineRouter {
-    fn route(&mut self, req: &Arriving<'_>, endpoints: &[Arc<Endpoint>]) -> Result<Routed, String> {
+    fn route(&mut self, req: &Arriving<'_>, endpoints: &[Arc<Endpoint>]) -> Result<Routed, Refused> {
         let (input_tokens, estimated_tokens) = self.estimator.estimate(req.body.len(), Some(req.parsed));
         let sreq = SchedulingRequest {
             request_id: req.request_id,
@@ -198,11 +258,18 @@ impl PipelineRouter {
             &NoopObserver,
             &mut |_| {},
         )
-        .map_err(|refusal| refusal.to_string())?;
-        let replica = endpoints
-            .iter()
-            .position(|e| Arc::ptr_eq(e, decision.primary()))
-            .ok_or_else(|| format!("the scheduler picked an unknown endpoint {}", decision.primary().name))?;
+        .map_err(|refusal| {
+            let error = refusal.into_request_error();
+            Refused { status: error.code.http_status(), reason: error.message }
+        })?;
+        if let Some(t) = &mut self.training {
+            t.decided(decision.dispatch.attrs.latency.as_ref());
+        }
+        let replica =
+            endpoints.iter().position(|e| Arc::ptr_eq(e, decision.primary())).ok_or_else(|| Refused {
+                status: 500,
+                reason: format!("the scheduler picked an unknown endpoint {}", decision.primary().name),
+            })?;
         Ok(Routed { replica, dispatch: Some(decision.dispatch) })
     }
 }

@@ -6,8 +6,9 @@
 //! replica's engine stats become the endpoint's metrics, which stay as they are until the next scrape: stale
 //! in between, as in production). An engine step is computed when it starts, so its events are held until its
 //! end (and a scrape during a step already sees the batch it scheduled, as vLLM's own stats, logged after
-//! scheduling, do). Ties go: scrape, then step ends, then arrivals; replicas in index order. Nothing reads a
-//! clock: `Instant`s handed to plugins are a fixed base plus virtual time.
+//! scheduling, do). A fourth, for configs with a latency predictor: its retrain tick (every 10 s of virtual
+//! time, see [`super::training`]). Ties go: scrape, then retrain, then step ends, then arrivals; replicas
+//! in index order. Nothing reads a clock: `Instant`s handed to plugins are a fixed base plus virtual time.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashSet};
@@ -78,6 +79,10 @@ struct Run<'a> {
     engine_steps: u64,
     body: Vec<u8>,
     request_id: String,
+    /// The objectives every request carries (zeros unless the workload sends its SLO).
+    slo: epp::request::Slo,
+    /// Requests the pipeline refused with a 429 (load: shed, nothing schedulable, an admitter's denial).
+    rejected_429: u64,
 }
 
 /// Simulates `plan` on `fleet` routed by `choice`. Deterministic: same inputs, same report.
@@ -116,6 +121,8 @@ pub fn run(
         engine_steps: 0,
         body: Vec::new(),
         request_id: String::new(),
+        slo: workload.request_slo(),
+        rejected_429: 0,
     };
     let makespan = run.event_loop(fleet.scrape_interval)?;
     let summaries: Vec<ReplicaSummary> = run
@@ -127,7 +134,11 @@ pub fn run(
             preemptions: r.engine.stats().preemptions,
         })
         .collect();
-    Ok(summarize(&choice.name, &run.records, &summaries, workload.slo, makespan, run.engine_steps))
+    let mut report =
+        summarize(&choice.name, &run.records, &summaries, workload.slo, makespan, run.engine_steps);
+    report.rejected_429 = run.rejected_429;
+    report.predictor = run.router.predictor_report();
+    Ok(report)
 }
 
 fn endpoint(index: usize, spec: &super::fleet::ReplicaSpec) -> Endpoint {
@@ -156,6 +167,10 @@ impl Run<'_> {
             if scrapes && tick <= next_work {
                 self.scrape(tick);
                 ticks += 1;
+                continue;
+            }
+            if self.router.next_retrain().is_some_and(|t| t <= next_work) {
+                self.router.retrain();
                 continue;
             }
             now = next_work;
@@ -204,12 +219,13 @@ impl Run<'_> {
             body: &self.body,
             parsed: &parsed,
             priority: planned.priority,
-            slo: Default::default(),
+            slo: self.slo,
             now: self.clock.at(t),
         };
         let routed = match self.router.route(&arriving, &self.endpoints) {
             Ok(r) => r,
-            Err(_) => {
+            Err(refused) => {
+                self.rejected_429 += u64::from(refused.status == 429);
                 self.records[index].outcome = Outcome::Rejected;
                 return Ok(());
             }
@@ -275,7 +291,8 @@ impl Run<'_> {
                             })
                         }
                     };
-                    self.router.on_complete(self.dispatches[i].take(), usage, now);
+                    let first_token = self.clock.at(record.first_token);
+                    self.router.on_complete(self.dispatches[i].take(), usage, first_token, now);
                 }
             }
         }

@@ -1,9 +1,11 @@
 //! The side-by-side text view of a [`LabReport`]: one column per routing config, one row per metric,
-//! then the requests each replica served under each config.
+//! then the requests each replica served under each config. Configs with a latency predictor add its
+//! warm-up and error (the TTFT model's target is E2E latency when the producer's streamingMode is off).
 
 use std::fmt::Write;
 
 use super::report::{LabReport, Percentiles, RunReport};
+use super::training::PredictorReport;
 
 type Cell = fn(&RunReport) -> String;
 
@@ -21,7 +23,7 @@ fn percent(x: f64) -> String {
 
 const ROWS: &[(&str, Cell)] = &[
     ("completed", |r| format!("{}/{}", r.completed, r.requests)),
-    ("aborted / rejected", |r| format!("{}/{}", r.aborted, r.rejected)),
+    ("aborted / rejected (429)", |r| format!("{}/{} ({})", r.aborted, r.rejected, r.rejected_429)),
     ("TTFT p50 (ms)", |r| ms(r.ttft_s, |p| p.p50)),
     ("TTFT p90 (ms)", |r| ms(r.ttft_s, |p| p.p90)),
     ("TTFT p99 (ms)", |r| ms(r.ttft_s, |p| p.p99)),
@@ -34,9 +36,35 @@ const ROWS: &[(&str, Cell)] = &[
     ("throughput (req/s)", |r| format!("{:.2}", r.throughput_rps)),
     ("output (tok/s)", |r| format!("{:.0}", r.output_tokens_per_s)),
     ("SLO attainment (%)", |r| r.slo_attainment.map_or_else(|| "-".into(), percent)),
+    ("  within TTFT / TPOT (%)", |r| {
+        format!("{} / {}", opt_percent(r.ttft_attainment), opt_percent(r.tpot_attainment))
+    }),
     ("prefix hit rate (%)", |r| percent(r.prefix_hit_rate)),
     ("preemptions", |r| r.preemptions.to_string()),
+    ("predictor warm-up (s)", |r| {
+        predictor(r, |p| p.warmup_s.map_or_else(|| "never".into(), |s| format!("{s:.0}")))
+    }),
+    ("decided on predictions (%)", |r| {
+        predictor(r, |p| {
+            percent(
+                p.predicted_decisions as f64 / (p.predicted_decisions + p.fallback_decisions).max(1) as f64,
+            )
+        })
+    }),
+    ("TTFT model MAPE held-out (%)", |r| predictor(r, |p| opt_percent(p.ttft_heldout_mape))),
+    ("TTFT model MAPE live (%)", |r| predictor(r, |p| opt_percent(p.ttft_live_mape))),
+    ("TPOT model MAPE held-out (%)", |r| predictor(r, |p| opt_percent(p.tpot_heldout_mape))),
+    ("TPOT model MAPE live (%)", |r| predictor(r, |p| opt_percent(p.tpot_live_mape))),
 ];
+
+/// A predictor cell, `-` for configs without one.
+fn predictor(r: &RunReport, cell: impl Fn(&PredictorReport) -> String) -> String {
+    r.predictor.as_ref().map_or_else(|| "-".into(), cell)
+}
+
+fn opt_percent(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), percent)
+}
 
 /// Renders the comparison as an aligned text table.
 pub fn format_table(report: &LabReport) -> String {

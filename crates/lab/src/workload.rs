@@ -19,6 +19,8 @@
 //! loras: {base_weight: 2, adapters: [{name: sql-lora, weight: 1}]}
 //! priorities: [{priority: 0, weight: 3}, {priority: -1, weight: 1}]
 //! slo: {ttft_ms: 1000, tpot_ms: 50}
+//! send_slo_headers: false          # true: every request carries `slo` as its objectives (the
+//!                                  # x-llm-d-slo-*-ms headers), for SLO-aware pipelines
 //! ```
 //!
 //! Sessions are open-loop: a session's next turn arrives `think_time` (exponentially distributed) after
@@ -62,6 +64,10 @@ pub struct Workload {
     pub priorities: Vec<PriorityShare>,
     #[serde(default)]
     pub slo: Option<Slo>,
+    /// Send `slo` as each request's objectives (what the `x-llm-d-slo-ttft-ms` / `-tpot-ms` headers carry),
+    /// so SLO-aware pipelines see them; off by default, as clients that send no headers.
+    #[serde(default)]
+    pub send_slo_headers: bool,
 }
 
 fn default_model() -> String {
@@ -184,6 +190,17 @@ pub struct Slo {
 }
 
 impl Workload {
+    /// The objectives each request carries: the workload's `slo` when it opts in to sending it, none
+    /// (zeros) otherwise.
+    pub fn request_slo(&self) -> epp::request::Slo {
+        match (self.send_slo_headers, self.slo) {
+            (true, Some(slo)) => {
+                epp::request::Slo { ttft_ms: slo.ttft_ms.unwrap_or(0.0), tpot_ms: slo.tpot_ms.unwrap_or(0.0) }
+            }
+            _ => epp::request::Slo::default(),
+        }
+    }
+
     /// Parses and validates workload YAML.
     pub fn from_yaml(text: &str) -> Result<Self, LabError> {
         let workload: Workload = super::parse_yaml(text)?;
@@ -253,6 +270,9 @@ impl Workload {
         if !self.priorities.is_empty() && self.priorities.iter().all(|p| p.weight == 0.0) {
             return Err(LabError::invalid("priorities", "at least one weight must be positive"));
         }
+        if self.send_slo_headers && self.slo.is_none() {
+            return Err(LabError::invalid("send_slo_headers", "needs an slo to send"));
+        }
         if let Some(slo) = &self.slo {
             for (field, v) in [("slo.ttft_ms", slo.ttft_ms), ("slo.tpot_ms", slo.tpot_ms)] {
                 if let Some(v) = v {
@@ -313,8 +333,11 @@ mod tests {
              priorities: [{{priority: 1, weight: 1}}]\nslo: {{ttft_ms: 500, tpot_ms: 40}}\n"
         );
         let w = Workload::from_yaml(&text).unwrap();
-        assert_eq!(w.sessions.unwrap().think_time, Seconds(2.0));
+        assert_eq!(w.sessions.as_ref().unwrap().think_time, Seconds(2.0));
         assert_eq!(w.slo.unwrap().ttft_ms, Some(500.0));
+        assert_eq!(w.request_slo(), epp::request::Slo::default(), "objectives are sent only on opt-in");
+        let sent = Workload::from_yaml(&format!("{text}send_slo_headers: true\n")).unwrap();
+        assert_eq!(sent.request_slo(), epp::request::Slo { ttft_ms: 500.0, tpot_ms: 40.0 });
     }
 
     #[test]
@@ -337,6 +360,7 @@ mod tests {
                 "shared_prefixes.groups",
             ),
             (format!("{MINIMAL}surprise: 1\n"), "surprise"),
+            (format!("{MINIMAL}send_slo_headers: true\n"), "send_slo_headers"),
         ];
         for (text, field) in cases {
             let e = Workload::from_yaml(&text).unwrap_err().to_string();

@@ -1,0 +1,87 @@
+//! Predicted-latency routing in the lab: the producer's predictor learns from simulated completions,
+//! retrains at virtual-time ticks and replaces the fallback; runs stay deterministic under a seed; the
+//! SLO-aware config sees the workload's objectives and sheds sheddable requests it predicts will miss.
+
+use std::path::Path;
+
+use epp_lab::{compare, Fleet, LabReport, RouterChoice, RouterSpec, Workload};
+
+fn config(file: &str) -> RouterChoice {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config").join(file);
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    RouterChoice { name: file.trim_end_matches(".yaml").into(), spec: RouterSpec::Config { yaml } }
+}
+
+const FLEET: &str = "replicas:\n- {profile: h100-8b, count: 2, labels: {accelerator: nvidia-h100}}\n\
+                     - {profile: l4-8b, count: 2, labels: {accelerator: nvidia-l4}}\n";
+
+/// 40 s at 8 req/s: enough completions for the first model (100 samples) well before the end.
+const WORKLOAD: &str = "seed: 4\nduration: 40s\narrival: {poisson: {rate: 8}}\n\
+    prompt_tokens: {lognormal: {mean: 600, stddev: 900, max: 6000}}\noutput_tokens: {uniform: {min: 5, max: 40}}\n\
+    shared_prefixes: {fraction: 0.5, groups: 4, prefix_tokens: {constant: 300}}\n\
+    priorities: [{priority: 0, weight: 1}, {priority: -1, weight: 1}]\n";
+
+fn run(workload: &str, choices: &[RouterChoice], jobs: usize) -> LabReport {
+    compare(&Fleet::from_yaml(FLEET).unwrap(), &Workload::from_yaml(workload).unwrap(), choices, jobs)
+        .unwrap()
+}
+
+#[test]
+fn the_predictor_warms_up_in_virtual_time_and_the_same_seed_gives_the_same_run() {
+    let choices = [config("predicted-latency.yaml"), RouterChoice::baseline("default").unwrap()];
+    let first = run(WORKLOAD, &choices, 1);
+    assert_eq!(first, run(WORKLOAD, &choices, 2), "same seed, same report, sequential or parallel");
+    let predicted = &first.runs[0];
+    assert_eq!(predicted.unfinished, 0);
+    let p = predicted.predictor.as_ref().expect("the config has a predicted-latency-producer");
+    assert!(!p.streaming, "routing-only config: the TTFT model learns E2E");
+    // 100 completions are needed: the first model comes at a 10 s tick, not before.
+    let warmup = p.warmup_s.expect("a model was published");
+    assert!((10.0..=30.0).contains(&warmup) && warmup % 10.0 == 0.0, "warm-up {warmup}");
+    assert!(p.generations >= 2, "retrained after the first model: {p:?}");
+    assert!(p.fallback_decisions > 0 && p.predicted_decisions > p.fallback_decisions, "{p:?}");
+    let mape = p.ttft_heldout_mape.expect("held-out score");
+    assert!(mape.is_finite() && mape >= 0.0);
+    assert!(p.ttft_live_mape.is_some() && p.tpot_live_mape.is_none(), "{p:?}");
+    assert!(first.runs[1].predictor.is_none(), "the default profile has no predictor");
+
+    let other = run(&WORKLOAD.replace("seed: 4", "seed: 5"), &choices, 2);
+    assert_ne!(other.runs[0], first.runs[0]);
+}
+
+#[test]
+fn the_slo_config_trains_tpot_on_streamed_completions_and_sheds_with_429() {
+    // An SLO no endpoint can meet, on two small-KV replicas kept busy: once the models exist, the admitter
+    // turns sheddable requests away (429) whenever no endpoint is idle or cold (KV under 2%), and serves
+    // the rest; before, everything is served.
+    let fleet =
+        "replicas: [{profile: h100-8b, count: 2, num_gpu_blocks: 400, labels: {accelerator: nvidia-h100}}]\n";
+    let workload = "seed: 4\nduration: 20s\narrival: {poisson: {rate: 30}}\n\
+        prompt_tokens: {lognormal: {mean: 600, stddev: 400, max: 2000}}\noutput_tokens: {uniform: {min: 20, max: 60}}\n\
+        priorities: [{priority: 0, weight: 1}, {priority: -1, weight: 1}]\n\
+        slo: {ttft_ms: 1, tpot_ms: 0.1}\nsend_slo_headers: true\n";
+    let run = |workload: &str| {
+        let fleet = Fleet::from_yaml(fleet).unwrap();
+        let report = compare(
+            &fleet,
+            &Workload::from_yaml(workload).unwrap(),
+            &[config("predicted-latency-slo.yaml")],
+            1,
+        );
+        report.unwrap().runs.remove(0)
+    };
+    let r = run(workload);
+    let p = r.predictor.as_ref().unwrap();
+    assert!(p.streaming);
+    assert!(p.warmup_s.is_some(), "{p:?}");
+    // The lab's bodies ask for a stream and its completions carry usage: TPOT rows exist.
+    assert!(p.tpot_heldout_mape.is_some() && p.tpot_live_mape.is_some(), "{p:?}");
+    assert!(r.rejected_429 > 0, "{r:#?}");
+    assert_eq!(r.rejected, r.rejected_429);
+    assert_eq!(r.completed + r.aborted + r.rejected, r.requests);
+    assert_eq!(r.slo_attainment, Some(0.0));
+
+    // Without the headers the same config has no objectives to shed on.
+    let quiet = run(&workload.replace("send_slo_headers: true", "send_slo_headers: false"));
+    assert_eq!(quiet.rejected, 0);
+}
