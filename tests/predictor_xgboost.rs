@@ -74,9 +74,10 @@ fn xgboost_models_predict_here_what_they_predict_in_xgboost() {
     // rows with no NaN take the vectorised kernel where the CPU has it).
     for (rows_file, suffix) in [("rows.csv", "pred"), ("rows.dense.csv", "dense.pred")] {
         let rows: Vec<f32> = read_csv(&dir.path().join(rows_file)).concat();
-        for (name, objective) in
-            [("squarederror", XgbObjective::SquaredError), ("quantile", XgbObjective::Quantile { alpha: 0.9 })]
-        {
+        for (name, objective) in [
+            ("squarederror", XgbObjective::SquaredError),
+            ("quantile", XgbObjective::Quantile { alpha: 0.9 }),
+        ] {
             let json = std::fs::read(dir.path().join(format!("{name}.json"))).expect("model file");
             let model = load_xgboost_json(&json).unwrap_or_else(|e| panic!("{name}.json: {e}"));
             assert_eq!(model.objective, objective);
