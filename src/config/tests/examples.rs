@@ -18,6 +18,7 @@ const MUST_LOAD: &[&str] = &[
     "optimized-baseline.yaml",
     "predicted-latency.yaml",
     "predicted-latency-slo.yaml",
+    "predicted-latency-epp.yaml",
 ];
 
 /// Examples using plugins epp may not implement: they load, or fail only with "unknown type".
