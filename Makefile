@@ -111,8 +111,8 @@ bench-smoke: envoy
 	$(CARGO) build --workspace --bins
 	PROFILE=debug SMOKE=1 scripts/bench-overhead.sh live
 
-## demo: a simulated 2 × H100 + 2 × L4 fleet behind Envoy + epp under load (where requests went, latency),
-## then the lab comparing random, round-robin and the default profile on the same fleet and workload
+## demo: a simulated 2 × H100 + 2 × L4 fleet behind Envoy + epp under load (where requests went, latency; default profile, then predicted latency),
+## then the lab comparing random, round-robin, the default profile and predicted latency on the same fleet and workload
 demo: envoy
 	$(CARGO) build --release --workspace --bins
 	scripts/demo.sh

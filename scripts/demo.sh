@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Demo: epp routing a heterogeneous fleet, live and in the lab.
 #   1. Live, twice: epp-sim runs 2 simulated H100s and 2 simulated L4s (vLLM-like latency, prefix caches,
-#      vLLM /metrics) behind Envoy (full-duplex ext_proc) and epp — (a) the default profile, (b) llm-d's
-#      predicted-latency pipeline with epp's in-process predictor, whose warm-up (when each model was
+#      vLLM /metrics) behind Envoy (full-duplex ext_proc) and epp — (a) the default profile, (b) epp's
+#      predicted-latency profile (config/predicted-latency-epp.yaml) on the in-process predictor, whose warm-up (when each model was
 #      published) is shown. epp-bench sends Poisson traffic whose requests share 12 system prompts, then the
 #      demo shows where requests went (per replica: GPU, share, prefix-cache hit rate) and the latency table.
 #      Each run starts from a fresh fleet.
@@ -188,18 +188,19 @@ live_run default "default profile: queue-scorer 2 + kv-cache-utilization-scorer 
 echo "epp reads each replica's queue and KV-cache use from /metrics and remembers which replica has which"
 echo "system prompt."
 echo
-echo "================ 1b. live: the same fleet and load, predicted-latency routing (config/predicted-latency.yaml)"
-live_run predicted "llm-d's predicted-latency pipeline with the in-process predictor (first model after 10 requests)" \
-  --config-file config/predicted-latency.yaml --latency-retraining-interval 2s
-echo "epp predicts each replica's latency for each request (TTFT here: streamingMode is off) with a model it"
-echo "trains itself from the responses, per accelerator class; llm-d needs two Python sidecars for this."
+echo "================ 1b. live: the same fleet and load, predicted latency (config/predicted-latency-epp.yaml)"
+live_run predicted "epp's predicted-latency profile: the default's scorers plus latency-scorer on the in-process predictor (first model after 10 requests)" \
+  --config-file config/predicted-latency-epp.yaml --latency-retraining-interval 2s
+echo "epp predicts each replica's TTFT and TPOT for each request with models it trains itself from the"
+echo "responses, per accelerator class; llm-d needs two Python sidecars for this. (llm-d's own guide pipelines,"
+echo "config/predicted-latency*.yaml, load unchanged; BENCHMARKS.md §6 compares them.)"
 
 echo
 echo "================ 2. lab: the same fleet and workload in virtual time, four routers side by side"
 echo "== epp-bench lab --fleet crates/lab/inputs/fleet-live.yaml --workload crates/lab/inputs/workload-live.yaml --duration $LAB_DURATION \\"
-echo "     --baselines random,round-robin,default --config config/predicted-latency.yaml"
+echo "     --baselines random,round-robin,default --config config/predicted-latency-epp.yaml"
 "$BIN_DIR/epp-bench" lab --fleet crates/lab/inputs/fleet-live.yaml --workload crates/lab/inputs/workload-live.yaml --duration "$LAB_DURATION" \
-  --baselines random,round-robin,default --config config/predicted-latency.yaml 2>"$WORK/lab.err" ||
+  --baselines random,round-robin,default --config config/predicted-latency-epp.yaml 2>"$WORK/lab.err" ||
   fail "the lab failed" "$WORK/lab.err"
 sed 's/^/(/; s/$/)/' "$WORK/lab.err"
 echo
