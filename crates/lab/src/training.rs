@@ -99,12 +99,7 @@ pub(crate) struct Training {
 impl Training {
     /// Takes the service a loaded config's producer attached to `hub`; `None` when no producer did.
     pub fn take(hub: &PredictorHub) -> Option<Self> {
-        if !hub.attached() {
-            return None;
-        }
-        // The hub answers an attach with the other streaming mode with an error and changes nothing:
-        // the only public way to read back the mode the config's producer chose.
-        let streaming = hub.attach(false).is_err();
+        let streaming = hub.streaming()?;
         let service = hub.take()?;
         let predictor = service.predictor();
         let interval = OnlineConfig::default().retrain_interval.as_secs_f64();

@@ -97,6 +97,12 @@ impl PredictorHub {
         self.lock().handles.is_some()
     }
 
+    /// The streaming mode the attached producers chose; `None` before any attached.
+    pub fn streaming(&self) -> Option<bool> {
+        let state = self.lock();
+        state.handles.as_ref().map(|_| state.config.streaming)
+    }
+
     /// Retrains now on the queued samples (manual hubs; a threaded one waits for its thread); `false` when
     /// nothing was published or no service exists.
     pub fn retrain_now(&self) -> bool {
@@ -123,7 +129,9 @@ mod tests {
     fn producers_share_one_service_and_must_agree_on_streaming() {
         let hub = PredictorHub::detached();
         assert!(!hub.attached());
+        assert_eq!(hub.streaming(), None);
         let (first, _) = hub.attach(true).unwrap();
+        assert_eq!(hub.streaming(), Some(true));
         let (second, _) = hub.attach(true).unwrap();
         assert_eq!(first.generation(), second.generation());
         let err = hub.attach(false).unwrap_err();
