@@ -51,6 +51,17 @@ pub struct PrefixMatch {
     pub block_chars: usize,
 }
 
+impl PrefixMatch {
+    /// The fraction of the prompt's blocks matched, 0 when the prompt has none.
+    pub fn ratio(&self) -> f64 {
+        if self.total_blocks == 0 {
+            0.0
+        } else {
+            self.match_blocks as f64 / self.total_blocks as f64
+        }
+    }
+}
+
 /// Work the EPP itself has dispatched to an endpoint and not yet seen finish.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InFlightLoad {
@@ -95,6 +106,13 @@ pub struct EndpointAttributes {
     pub observation: Option<Observation>,
     /// The predicted latency; `None` while no model exists (consumers then fall back).
     pub latency: Option<LatencyPrediction>,
+}
+
+impl EndpointAttributes {
+    /// The prefix-cache match ratio, 0 when no producer matched anything.
+    pub fn prefix_ratio(&self) -> f64 {
+        self.prefix.map_or(0.0, |m| m.ratio())
+    }
 }
 
 /// One endpoint as a scheduling cycle sees it: telemetry loaded once for the whole cycle.

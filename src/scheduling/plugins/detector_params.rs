@@ -1,4 +1,5 @@
-//! Parameter validation shared by the two saturation detectors.
+//! Parameter validation shared by the plugins (first the two saturation detectors, then the
+//! predicted-latency ones).
 //!
 //! Both detectors distinguish "unset" from an explicit value (Go uses pointers for this): an unset
 //! parameter takes its default, while an explicit `0` where `> 0` is required is an error rather than a
@@ -34,6 +35,36 @@ pub(crate) fn positive_int(field: &str, value: Option<i64>, default: i64) -> Res
     }
 }
 
+/// `value` if set, else `default`; finite and ≥ 0.
+pub(crate) fn non_negative(field: &str, value: Option<f64>, default: f64) -> Result<f64, InvalidParameter> {
+    let v = value.unwrap_or(default);
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(InvalidParameter::new(field, format!("must be a number >= 0, got {v}")))
+    }
+}
+
+/// `value` if set, else `default`; finite and > 0.
+pub(crate) fn positive(field: &str, value: Option<f64>, default: f64) -> Result<f64, InvalidParameter> {
+    let v = value.unwrap_or(default);
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(InvalidParameter::new(field, format!("must be a number > 0, got {v}")))
+    }
+}
+
+/// `value` if set, else `default`; within [0, 1].
+pub(crate) fn unit_fraction(field: &str, value: Option<f64>, default: f64) -> Result<f64, InvalidParameter> {
+    let v = value.unwrap_or(default);
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(InvalidParameter::new(field, format!("must be within [0, 1], got {v}")))
+    }
+}
+
 /// Checks a burst headroom fraction: finite and ≥ 0. Values above 1.0 (more than doubling the ideal
 /// threshold) are accepted, as upstream does, but logged because they are rarely intended.
 pub(crate) fn check_headroom(plugin: &str, headroom: f64) -> Result<f64, InvalidParameter> {
@@ -61,6 +92,16 @@ mod tests {
         let e = positive_int("x", Some(0), 7).unwrap_err();
         assert_eq!(e.to_string(), "parameter `x` must be > 0, got 0");
         assert!(positive_int("x", Some(-2), 7).is_err());
+    }
+
+    #[test]
+    fn float_ranges() {
+        assert_eq!(non_negative("w", None, 0.8), Ok(0.8));
+        assert_eq!(non_negative("w", Some(0.0), 0.8), Ok(0.0));
+        assert!(non_negative("w", Some(f64::NAN), 0.8).is_err());
+        assert!(positive("w", Some(0.0), 1.0).is_err());
+        assert_eq!(unit_fraction("p", Some(1.0), 0.0), Ok(1.0));
+        assert_eq!(unit_fraction("p", Some(1.5), 0.0).unwrap_err().field, "p");
     }
 
     #[test]

@@ -19,6 +19,8 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use super::detector_params::{non_negative, InvalidParameter};
+
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, FactoryContext, PluginError, SchedulingRequest, Scorer,
     ScorerCategory,
@@ -104,13 +106,7 @@ impl LatencyScorer {
             } else {
                 (max_queue - c.metrics.waiting_queue_size) as f64 / max_queue as f64
             };
-            let prefix_score = c.attrs.prefix.map_or(0.0, |m| {
-                if m.total_blocks == 0 {
-                    0.0
-                } else {
-                    m.match_blocks as f64 / m.total_blocks as f64
-                }
-            });
+            let prefix_score = c.attrs.prefix_ratio();
             let value = kv * (1.0 - c.metrics.kv_cache_usage.clamp(0.0, 1.0))
                 + queue * relative_queue
                 + prefix * prefix_score;
@@ -202,15 +198,6 @@ impl Scorer for LatencyScorer {
     }
 }
 
-fn weight(value: Option<f64>, default: f64, field: &str) -> Result<f64, String> {
-    let v = value.unwrap_or(default);
-    if v.is_finite() && v >= 0.0 {
-        Ok(v)
-    } else {
-        Err(format!("parameter `{field}`: {v} must be a non-negative number"))
-    }
-}
-
 pub fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
@@ -218,19 +205,19 @@ pub fn factory(
 ) -> Result<BuiltPlugin, PluginError> {
     let p: Params = parse_params(name, TYPE_NAME, params)?;
     let d = LatencyScorer::default();
-    let build = || -> Result<LatencyScorer, String> {
+    let build = || -> Result<LatencyScorer, InvalidParameter> {
         Ok(LatencyScorer {
-            ttft_weight: weight(p.ttft_weight, d.ttft_weight, "ttftWeight")?,
-            tpot_weight: weight(p.tpot_weight, d.tpot_weight, "tpotWeight")?,
+            ttft_weight: non_negative("ttftWeight", p.ttft_weight, d.ttft_weight)?,
+            tpot_weight: non_negative("tpotWeight", p.tpot_weight, d.tpot_weight)?,
             strategy: p.headroom_selection_strategy.unwrap_or(d.strategy),
             composite: [
-                weight(p.composite_kv_weight, 1.0, "compositeKVWeight")?,
-                weight(p.composite_queue_weight, 1.0, "compositeQueueWeight")?,
-                weight(p.composite_prefix_weight, 1.0, "compositePrefixWeight")?,
+                non_negative("compositeKVWeight", p.composite_kv_weight, 1.0)?,
+                non_negative("compositeQueueWeight", p.composite_queue_weight, 1.0)?,
+                non_negative("compositePrefixWeight", p.composite_prefix_weight, 1.0)?,
             ],
         })
     };
-    let scorer = build().map_err(|m| PluginError::new(name, TYPE_NAME, m))?;
+    let scorer = build().map_err(|e| e.for_plugin(name, TYPE_NAME))?;
     Ok(BuiltPlugin::new(TYPE_NAME, name)
         .scorer(Arc::new(scorer))
         .consumes(&[DataKey::LatencyPrediction, DataKey::PrefixCacheMatch]))

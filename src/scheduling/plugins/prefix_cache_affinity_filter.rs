@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use super::detector_params::{non_negative, positive, unit_fraction, InvalidParameter};
 use super::request_hash::uniform;
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, FactoryContext, Filter, PluginError, SchedulingRequest,
@@ -89,10 +90,8 @@ impl PrefixCacheAffinityFilter {
     }
 
     fn sticky(&self, c: &Candidate) -> bool {
-        c.attrs.prefix.is_some_and(|m| {
-            m.total_blocks > 0
-                && m.match_blocks as f64 / m.total_blocks as f64 >= self.settings.affinity_threshold
-        })
+        // `filter` returns early for a threshold ≤ 0, so a prompt with no blocks (ratio 0) is never sticky.
+        c.attrs.prefix_ratio() >= self.settings.affinity_threshold
     }
 }
 
@@ -149,47 +148,35 @@ impl Filter for PrefixCacheAffinityFilter {
     }
 }
 
-fn in_unit(value: f64, field: &str) -> Result<f64, String> {
-    if (0.0..=1.0).contains(&value) {
-        Ok(value)
-    } else {
-        Err(format!("parameter `{field}`: {value} is outside [0, 1]"))
-    }
-}
-
-fn non_negative(value: f64, field: &str) -> Result<f64, String> {
-    if value.is_finite() && value >= 0.0 {
-        Ok(value)
-    } else {
-        Err(format!("parameter `{field}`: {value} must be a non-negative number"))
-    }
-}
-
 impl AffinitySettings {
-    fn from_params(p: Params) -> Result<Self, String> {
+    fn from_params(p: Params) -> Result<Self, InvalidParameter> {
         let d = Self::default();
-        let peak = p.peak_prefill_throughput.unwrap_or(d.peak_prefill_throughput);
-        if !(peak.is_finite() && peak > 0.0) {
-            return Err(format!("parameter `peakPrefillThroughput`: {peak} must be > 0"));
-        }
         Ok(AffinitySettings {
-            affinity_threshold: in_unit(
-                p.affinity_threshold.unwrap_or(d.affinity_threshold),
+            affinity_threshold: unit_fraction(
                 "affinityThreshold",
+                p.affinity_threshold,
+                d.affinity_threshold,
             )?,
-            exploration_probability: in_unit(
-                p.exploration_probability.unwrap_or(d.exploration_probability),
+            exploration_probability: unit_fraction(
                 "explorationProbability",
+                p.exploration_probability,
+                d.exploration_probability,
             )?,
             max_ttft_penalty_ms: non_negative(
-                p.max_ttft_penalty_ms.unwrap_or(d.max_ttft_penalty_ms),
                 "maxTTFTPenaltyMs",
+                p.max_ttft_penalty_ms,
+                d.max_ttft_penalty_ms,
             )?,
             ttft_source: p.ttft_source.unwrap_or(d.ttft_source),
-            peak_prefill_throughput: peak,
+            peak_prefill_throughput: positive(
+                "peakPrefillThroughput",
+                p.peak_prefill_throughput,
+                d.peak_prefill_throughput,
+            )?,
             max_tokens_in_flight_penalty: non_negative(
-                p.max_tokens_in_flight_penalty.unwrap_or(d.max_tokens_in_flight_penalty),
                 "maxTokensInFlightPenalty",
+                p.max_tokens_in_flight_penalty,
+                d.max_tokens_in_flight_penalty,
             )?,
         })
     }
@@ -201,7 +188,7 @@ pub fn factory(
     _: &FactoryContext,
 ) -> Result<BuiltPlugin, PluginError> {
     let p: Params = parse_params(name, TYPE_NAME, params)?;
-    let settings = AffinitySettings::from_params(p).map_err(|m| PluginError::new(name, TYPE_NAME, m))?;
+    let settings = AffinitySettings::from_params(p).map_err(|e| e.for_plugin(name, TYPE_NAME))?;
     let mut consumes = vec![DataKey::PrefixCacheMatch, DataKey::InFlightLoad];
     if settings.ttft_source == TtftSource::LatencyPredictor {
         consumes.push(DataKey::LatencyPrediction);

@@ -68,7 +68,7 @@ impl PrefixCacheScorer {
         if m.total_blocks == 0 {
             return 0.0;
         }
-        let ratio = m.match_blocks as f64 / m.total_blocks as f64;
+        let ratio = m.ratio();
         if self.match_length_weight == 0.0 {
             return ratio;
         }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use super::detector_params::unit_fraction;
 use super::request_hash::uniform;
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, FactoryContext, Filter, PluginError, SchedulingRequest,
@@ -62,11 +63,8 @@ pub fn factory(
     _: &FactoryContext,
 ) -> Result<BuiltPlugin, PluginError> {
     let p: Params = parse_params(name, TYPE_NAME, params)?;
-    let epsilon = p.epsilon_explore_neg.unwrap_or(0.01);
-    if !(0.0..=1.0).contains(&epsilon) {
-        let message = format!("parameter `epsilonExploreNeg`: {epsilon} is outside [0, 1]");
-        return Err(PluginError::new(name, TYPE_NAME, message));
-    }
+    let epsilon = unit_fraction("epsilonExploreNeg", p.epsilon_explore_neg, 0.01)
+        .map_err(|e| e.for_plugin(name, TYPE_NAME))?;
     Ok(BuiltPlugin::new(TYPE_NAME, name)
         .filter(Arc::new(SloHeadroomTierFilter::new(name, epsilon)))
         .consumes(&[DataKey::LatencyPrediction]))

@@ -82,13 +82,6 @@ impl PredictedLatencyProducer {
     fn observe(&self, req: &SchedulingRequest<'_>, candidate: &Candidate) -> Observation {
         let metrics = &candidate.metrics;
         let inflight = candidate.attrs.inflight;
-        let prefix = candidate.attrs.prefix.map_or(0.0, |m| {
-            if m.total_blocks == 0 {
-                0.0
-            } else {
-                m.match_blocks as f32 / m.total_blocks as f32
-            }
-        });
         Observation {
             kv_cache_percentage: metrics.kv_cache_usage as f32,
             input_tokens: u32::try_from(req.input_tokens).unwrap_or(u32::MAX),
@@ -100,7 +93,7 @@ impl PredictedLatencyProducer {
                 metrics.running_requests
             })
             .unwrap_or(u32::MAX),
-            prefix_cache_score: prefix,
+            prefix_cache_score: candidate.attrs.prefix_ratio() as f32,
             prefill_tokens_in_flight: inflight.tokens.max(0).unsigned_abs(),
             decode_tokens_in_flight: 0,
             encoder_matched_size: 0,

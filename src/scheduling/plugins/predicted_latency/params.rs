@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::super::detector_params::positive;
 use crate::datastore::Endpoint;
 use crate::scheduling::{parse_params, PluginError};
 
@@ -92,10 +93,8 @@ impl ProducerSettings {
             }
         }
         let defaults = Self::default();
-        let slo_buffer_factor = p.slo_buffer_factor.unwrap_or(defaults.slo_buffer_factor);
-        if !(slo_buffer_factor.is_finite() && slo_buffer_factor > 0.0) {
-            return Err(invalid(format!("parameter `sloBufferFactor`: {slo_buffer_factor} must be > 0")));
-        }
+        let slo_buffer_factor = positive("sloBufferFactor", p.slo_buffer_factor, defaults.slo_buffer_factor)
+            .map_err(|e| e.for_plugin(name, type_name))?;
         let context_ttl = p.context_ttl.unwrap_or(defaults.context_ttl);
         if context_ttl.is_zero() {
             return Err(invalid("parameter `contextTTL`: must be > 0".into()));
