@@ -34,7 +34,8 @@
 #          TOLERANCE_THROUGHPUT (0.02), ENVOY_CONCURRENCY (1: Envoy's ROUND_ROBIN rotates per worker thread,
 #          and two workers' rotations merge into runs of consecutive requests to one replica, which is not
 #          the round robin the lab models), BASE_PORT (20000: uses +1..+4, +10..+12, +80, +99), OUT_DIR,
-#          BENCHMARKS_MD, PROFILE (release), ENVOY_BIN
+#          BENCHMARKS_MD, PROFILE (release), ENVOY_BIN, PREDICTED_CONFIG (config/predicted-latency.yaml: the
+#          config the predicted setup runs, e.g. config/predicted-latency-epp.yaml)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -57,7 +58,7 @@ BASE_PORT=${BASE_PORT:-20000}
 FLEET=crates/lab/inputs/fleet-live.yaml
 LAB_WORKLOAD=crates/lab/inputs/workload-live.yaml
 RANDOM_CONFIG=crates/lab/inputs/configs/random.yaml
-PREDICTED_CONFIG=config/predicted-latency.yaml
+PREDICTED_CONFIG=${PREDICTED_CONFIG:-config/predicted-latency.yaml}
 MODEL=meta-llama/Llama-3.1-8B-Instruct
 PROFILES=h100-8b,h100-8b,l4-8b,l4-8b
 # The live runs read the lab's own workload file (epp-bench converts its token units, see
@@ -226,7 +227,7 @@ lab_baselines=()
 for setup in $SETUPS; do case "$setup" in random | predicted) ;; *) lab_baselines+=("$setup") ;; esac; done
 lab_args=(--fleet "$FLEET" --workload "$LAB_WORKLOAD" --duration "${DURATION}s")
 if [[ " $SETUPS " == *" random "* ]]; then lab_args+=(--config "$RANDOM_CONFIG"); fi
-# The lab names a config column after its file: predicted-latency.
+# The lab names a config column after its file (predicted-latency for the guide config).
 if [[ " $SETUPS " == *" predicted "* ]]; then lab_args+=(--config "$PREDICTED_CONFIG"); fi
 [ ${#lab_baselines[@]} -eq 0 ] || lab_args+=(--baselines "$(IFS=,; echo "${lab_baselines[*]}")")
 echo "== lab: $LAB_ROUNDS cold runs of ${DURATION} s (seeds 1..$LAB_ROUNDS): epp-bench lab ${lab_args[*]} --seed N"
@@ -255,6 +256,7 @@ setups = "$SETUPS".split()
 rounds, lab_rounds, scale = int("$ROUNDS"), int("$LAB_ROUNDS"), float("$TIME_SCALE")
 tol = {"ttft": float("$TOLERANCE_LATENCY"), "e2e": float("$TOLERANCE_LATENCY"), "rps": float("$TOLERANCE_THROUGHPUT")}
 h100_ports = {"sim-${SIM_PORTS[0]}", "sim-${SIM_PORTS[1]}"}
+predicted_name = "$(basename "$PREDICTED_CONFIG" .yaml)"
 
 def mean(xs):
     return sum(xs) / len(xs)
@@ -286,7 +288,7 @@ for name in setups:
     live[name]["e2e"] = mean(live[name]["e2e_rounds"])
 lab_runs = [json.load(open(f"{out}/lab-r{r}.json")) for r in range(1, lab_rounds + 1)]
 for name in setups:
-    lab_name = {"predicted": "predicted-latency"}.get(name, name)
+    lab_name = {"predicted": predicted_name}.get(name, name)
     runs = [next(x for x in report["runs"] if x["name"] == lab_name) for report in lab_runs]
     served = [sum(e["requests"] for e in run["endpoints"] if e["profile"] == "h100-8b") for run in runs]
     lab[name] = {

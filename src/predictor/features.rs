@@ -59,7 +59,12 @@ pub struct Observation {
     pub running: u32,
     /// Fraction of the prompt's blocks already cached there, 0–1 (NaN counts as 0, as in llm-d).
     pub prefix_cache_score: f32,
+    /// Prompt tokens epp has dispatched to the endpoint that are still to be prefilled: the uncached part
+    /// of the prompts of requests with no first response chunk yet (llm-d's meaning; epp counts the phase
+    /// from the stream itself).
     pub prefill_tokens_in_flight: u64,
+    /// The prompts of the requests epp has decoding there (past their first chunk): the decode context
+    /// every step pays for. llm-d leaves this 0; a model trained there never splits on it.
     pub decode_tokens_in_flight: u64,
     pub encoder_matched_size: u32,
     pub encoder_input_size: u32,
@@ -77,6 +82,11 @@ impl Observation {
         } else {
             self.prefix_cache_score.clamp(0.0, 1.0)
         }
+    }
+
+    /// The prompt tokens the endpoint would have to prefill: the part not in its prefix cache.
+    pub fn uncached_tokens(&self) -> u64 {
+        ((1.0 - f64::from(self.prefix())) * f64::from(self.input_tokens)).round() as u64
     }
 
     /// Writes the TTFT row (columns [`TTFT_COLUMNS`]).
@@ -215,6 +225,14 @@ mod tests {
         let nan_prefix = Observation { prefix_cache_score: f32::NAN, waiting: 0, ..obs };
         nan_prefix.ttft_row(&mut row);
         assert_eq!((column(&row, "prefix_cache_score"), column(&row, "is_queued")), (0.0, 0.0));
+    }
+
+    #[test]
+    fn uncached_tokens_are_the_prompt_outside_the_prefix_cache() {
+        let obs = Observation { input_tokens: 1000, prefix_cache_score: 0.25, ..Observation::default() };
+        assert_eq!(obs.uncached_tokens(), 750);
+        assert_eq!(Observation { prefix_cache_score: f32::NAN, ..obs }.uncached_tokens(), 1000);
+        assert_eq!(Observation { prefix_cache_score: 1.5, ..obs }.uncached_tokens(), 0);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::scheduling::{
     SchedulingRequest, SchedulingResult,
 };
 
-use super::tracking::Record;
+use super::tracking::{PhaseLoad, Record};
 use super::{PredictedLatencyProducer, TYPE_NAME};
 
 /// The metric labels of a request as the scheduling cycle sees it.
@@ -65,6 +65,7 @@ impl PreRequest for PredictedLatencyProducer {
             first_chunk_at: None,
             chunks: 0,
             labels,
+            phase: PhaseLoad { prefill_tokens: observation.uncached_tokens(), decode_tokens: 0 },
         };
         self.tracker.insert(info.dispatch_id, record, req.now);
     }
@@ -72,12 +73,7 @@ impl PreRequest for PredictedLatencyProducer {
 
 impl ResponseHook for PredictedLatencyProducer {
     fn on_response_chunk(&self, info: &DispatchInfo, _chunk: &[u8], first: bool, now: Instant) {
-        self.tracker.update(info.dispatch_id, |record| {
-            if first || record.first_chunk_at.is_none() {
-                record.first_chunk_at.get_or_insert(now);
-            }
-            record.chunks += 1;
-        });
+        self.tracker.chunk(info.dispatch_id, first, now);
     }
 
     fn on_complete(&self, info: &DispatchInfo, completion: &Completion) {
@@ -149,6 +145,11 @@ impl PredictedLatencyProducer {
     /// TPOT objectives registered on endpoints.
     pub fn running_objectives(&self) -> usize {
         self.tracker.running().len()
+    }
+
+    /// Endpoints this producer counts tokens in flight on (0 once every request has ended).
+    pub fn endpoints_with_tokens_in_flight(&self) -> usize {
+        self.tracker.running().loaded_endpoints()
     }
 }
 

@@ -31,7 +31,7 @@ use crate::scheduling::{
 };
 
 pub use params::{ProducerSettings, DEFAULT_ACCELERATOR_LABELS};
-use tracking::Tracker;
+use tracking::{PhaseLoad, Tracker};
 
 pub const TYPE_NAME: &str = "predicted-latency-producer";
 
@@ -79,7 +79,7 @@ impl PredictedLatencyProducer {
 
     /// The predictor's inputs for `candidate` (llm-d's `buildPredictionRequest`, plus the accelerator
     /// class).
-    fn observe(&self, req: &SchedulingRequest<'_>, candidate: &Candidate) -> Observation {
+    fn observe(&self, req: &SchedulingRequest<'_>, candidate: &Candidate, phases: PhaseLoad) -> Observation {
         let metrics = &candidate.metrics;
         let inflight = candidate.attrs.inflight;
         Observation {
@@ -94,8 +94,8 @@ impl PredictedLatencyProducer {
             })
             .unwrap_or(u32::MAX),
             prefix_cache_score: candidate.attrs.prefix_ratio() as f32,
-            prefill_tokens_in_flight: inflight.tokens.max(0).unsigned_abs(),
-            decode_tokens_in_flight: 0,
+            prefill_tokens_in_flight: phases.prefill_tokens,
+            decode_tokens_in_flight: phases.decode_tokens,
             encoder_matched_size: 0,
             encoder_input_size: 0,
             tokens_generated: 1,
@@ -221,9 +221,12 @@ impl DataProducer for PredictedLatencyProducer {
     }
 
     fn prepare(&self, req: &SchedulingRequest<'_>, candidates: &mut [Candidate]) {
-        for c in candidates.iter_mut() {
-            c.attrs.latency = None;
-            c.attrs.observation = Some(self.observe(req, c));
+        {
+            let running = self.tracker.running();
+            for c in candidates.iter_mut() {
+                c.attrs.latency = None;
+                c.attrs.observation = Some(self.observe(req, c, running.phase_load(&c.endpoint)));
+            }
         }
         if self.settings.predict_in_produce && !candidates.is_empty() {
             self.predict(req, candidates);

@@ -9,7 +9,7 @@ use crate::predictor::train::{Objective, Params};
 use crate::request::{Slo, Usage};
 use crate::scheduling::plugins::testing::{self, RequestFixture};
 use crate::scheduling::{
-    Completion, CompletionKind, DispatchInfo, EndpointListener, PreRequest, ResponseHook,
+    Completion, CompletionKind, DispatchInfo, EndpointListener, PreRequest, PrefixMatch, ResponseHook,
 };
 
 /// A manual hub that trains small models from 40 samples.
@@ -169,6 +169,89 @@ fn requests_running_past_the_ttl_are_forgotten() {
     assert_eq!((p.tracked_requests(), p.running_objectives()), (0, 0));
     p.on_complete(&info, &finished(Instant::now(), 10));
     p.on_endpoints_removed(&[candidates[0].endpoint.clone()]);
+}
+
+/// The phase counters a fresh capture sees on `c`'s endpoint: (prefill tokens, decode tokens).
+fn phases_seen(
+    p: &PredictedLatencyProducer,
+    req: &crate::scheduling::SchedulingRequest<'_>,
+    c: &Candidate,
+) -> (u64, u64) {
+    let mut fresh = vec![c.clone()];
+    p.prepare(req, &mut fresh);
+    let o = fresh[0].attrs.observation.expect("captured");
+    (o.prefill_tokens_in_flight, o.decode_tokens_in_flight)
+}
+
+#[test]
+fn tokens_in_flight_follow_each_request_from_prefill_to_decode_to_its_end() {
+    let hub = hub(true);
+    let p = producer(&hub, ProducerSettings { streaming: true, ..ProducerSettings::default() });
+    let fixture = RequestFixture::with_prompt("m", "hello");
+    let mut req = fixture.request();
+    req.input_tokens = 1000;
+    let mut cached = labelled(1, "h100", 0);
+    cached.attrs.prefix = Some(PrefixMatch { match_blocks: 1, total_blocks: 4, block_chars: 64 });
+    let other = labelled(2, "l4", 0);
+    assert_eq!(phases_seen(&p, &req, &cached), (0, 0));
+
+    // Dispatched: the uncached part of the prompt waits to be prefilled (a quarter of it is cached).
+    let mut first = vec![cached.clone()];
+    p.prepare(&req, &mut first);
+    let first_info = info_for(&first[0], 1, req.now);
+    let result = testing::result_for(std::slice::from_ref(&first[0].endpoint));
+    p.pre_request(&req, &result, &first_info);
+    assert_eq!(phases_seen(&p, &req, &cached), (750, 0));
+    assert_eq!(phases_seen(&p, &req, &other), (0, 0), "counted per endpoint");
+    let mut plain = vec![labelled(1, "h100", 0)];
+    plain[0].endpoint = cached.endpoint.clone();
+    p.prepare(&req, &mut plain);
+    let second_info = info_for(&plain[0], 2, req.now);
+    p.pre_request(&req, &result, &second_info);
+    assert_eq!(phases_seen(&p, &req, &cached), (1750, 0));
+
+    // The first chunk moves the first request's prompt to the decode context; later chunks change nothing.
+    p.on_response_chunk(&first_info, b"data: x", true, req.now);
+    assert_eq!(phases_seen(&p, &req, &cached), (1000, 1000));
+    p.on_response_chunk(&first_info, b"data: y", false, req.now);
+    assert_eq!(phases_seen(&p, &req, &cached), (1000, 1000));
+
+    // Finished or failed, each request takes back exactly what it added.
+    p.on_complete(&first_info, &finished(Instant::now(), 10));
+    assert_eq!(phases_seen(&p, &req, &cached), (1000, 0));
+    let aborted =
+        Completion { kind: CompletionKind::Aborted, status: None, usage: None, now: Instant::now() };
+    p.on_complete(&second_info, &aborted);
+    assert_eq!(phases_seen(&p, &req, &cached), (0, 0));
+    assert_eq!((p.endpoints_with_tokens_in_flight(), p.tracked_requests()), (0, 0));
+    p.on_complete(&second_info, &aborted);
+    assert_eq!(phases_seen(&p, &req, &cached), (0, 0), "a second completion takes nothing");
+}
+
+#[test]
+fn tokens_in_flight_are_released_by_the_ttl_and_by_endpoint_removal() {
+    let hub = hub(true);
+    let settings = ProducerSettings {
+        streaming: true,
+        context_ttl: Duration::from_secs(1),
+        ..ProducerSettings::default()
+    };
+    let p = producer(&hub, settings);
+    let fixture = RequestFixture::with_prompt("m", "hello");
+    let mut req = fixture.request();
+    req.input_tokens = 500;
+    let mut candidates = vec![labelled(1, "h100", 0), labelled(2, "l4", 0)];
+    p.prepare(&req, &mut candidates);
+    for (k, c) in candidates.iter().enumerate() {
+        let info = info_for(c, 20 + k as u64, req.now);
+        p.pre_request(&req, &testing::result_for(std::slice::from_ref(&c.endpoint)), &info);
+    }
+    assert_eq!(p.endpoints_with_tokens_in_flight(), 2);
+    p.on_endpoints_removed(&[candidates[1].endpoint.clone()]);
+    assert_eq!(p.endpoints_with_tokens_in_flight(), 1);
+    p.tracker.sweep(req.now + Duration::from_secs(2));
+    assert_eq!((p.endpoints_with_tokens_in_flight(), p.tracked_requests()), (0, 0));
+    assert_eq!(phases_seen(&p, &req, &candidates[0]), (0, 0));
 }
 
 #[test]

@@ -39,16 +39,77 @@ pub(super) struct Record {
     pub first_chunk_at: Option<Instant>,
     pub chunks: u64,
     pub labels: PredictionLabels,
+    /// What this request adds to its endpoint's [`PhaseLoad`] now: its uncached prompt tokens until its
+    /// first chunk, then its prompt as decode context.
+    pub phase: PhaseLoad,
+}
+
+/// Tokens epp has in flight on one endpoint, by phase: the prompt tokens still to be prefilled (the
+/// uncached part of the prompts of requests with no first chunk yet) and the context of the requests
+/// decoding (the prompts of requests past their first chunk). epp sees these the moment it dispatches and
+/// the moment a first chunk passes, with no scrape delay, and they are what slows an engine's next steps:
+/// chunked prefill stalls every decode on the replica, and each step's cost grows with the decode context.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PhaseLoad {
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+}
+
+impl PhaseLoad {
+    fn add(&mut self, other: PhaseLoad) {
+        self.prefill_tokens = self.prefill_tokens.saturating_add(other.prefill_tokens);
+        self.decode_tokens = self.decode_tokens.saturating_add(other.decode_tokens);
+    }
+
+    /// Floored at zero, so a counter can never go negative.
+    fn subtract(&mut self, other: PhaseLoad) {
+        self.prefill_tokens = self.prefill_tokens.saturating_sub(other.prefill_tokens);
+        self.decode_tokens = self.decode_tokens.saturating_sub(other.decode_tokens);
+    }
+
+    fn is_zero(&self) -> bool {
+        *self == PhaseLoad::default()
+    }
 }
 
 /// The TPOT objectives running on each endpoint, as counts per objective (a multiset whose first key is
-/// the minimum).
+/// the minimum), and each endpoint's [`PhaseLoad`].
 #[derive(Debug, Default)]
 pub(super) struct RunningObjectives {
     by_endpoint: HashMap<EndpointKey, BTreeMap<u64, usize>, IntBuildHasher>,
+    phases: HashMap<EndpointKey, PhaseLoad, IntBuildHasher>,
 }
 
 impl RunningObjectives {
+    /// The tokens epp has in flight on `endpoint`, by phase.
+    pub fn phase_load(&self, endpoint: &Arc<Endpoint>) -> PhaseLoad {
+        self.phases.get(&endpoint_key(endpoint)).copied().unwrap_or_default()
+    }
+
+    fn add_phase(&mut self, endpoint: &Arc<Endpoint>, load: PhaseLoad) {
+        if !load.is_zero() {
+            self.phases.entry(endpoint_key(endpoint)).or_default().add(load);
+        }
+    }
+
+    fn remove_phase(&mut self, endpoint: &Arc<Endpoint>, load: PhaseLoad) {
+        let key = endpoint_key(endpoint);
+        if let Some(phase) = self.phases.get_mut(&key) {
+            phase.subtract(load);
+            if phase.is_zero() {
+                self.phases.remove(&key);
+            }
+        }
+    }
+
+    /// Forgets what `record` holds on its endpoint.
+    fn release(&mut self, record: &Record) {
+        if let Some(slo) = record.running_tpot_slo_ms {
+            self.remove(&record.endpoint, slo);
+        }
+        self.remove_phase(&record.endpoint, record.phase);
+    }
+
     /// The tightest TPOT objective running on `endpoint`, in ms.
     pub fn min(&self, endpoint: &Arc<Endpoint>) -> Option<f64> {
         let set = self.by_endpoint.get(&endpoint_key(endpoint))?;
@@ -77,6 +138,11 @@ impl RunningObjectives {
 
     pub fn len(&self) -> usize {
         self.by_endpoint.values().flat_map(|s| s.values()).sum()
+    }
+
+    /// Endpoints with tokens in flight.
+    pub fn loaded_endpoints(&self) -> usize {
+        self.phases.len()
     }
 }
 
@@ -115,8 +181,12 @@ impl Tracker {
     /// Remembers a dispatched request (registering its TPOT objective on its endpoint), and now and then
     /// forgets requests older than the TTL at `now`.
     pub fn insert(&self, id: u64, record: Record, now: Instant) {
-        if let Some(slo) = record.running_tpot_slo_ms {
-            self.running().add(&record.endpoint, slo);
+        {
+            let mut running = self.running();
+            if let Some(slo) = record.running_tpot_slo_ms {
+                running.add(&record.endpoint, slo);
+            }
+            running.add_phase(&record.endpoint, record.phase);
         }
         self.shard(id).insert(id, record);
         if self.dispatches.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
@@ -124,19 +194,30 @@ impl Tracker {
         }
     }
 
-    /// Applies `f` to a running request's record.
-    pub fn update(&self, id: u64, f: impl FnOnce(&mut Record)) {
-        if let Some(record) = self.shard(id).get_mut(&id) {
-            f(record);
+    /// A response chunk of a running request: the first one moves its prompt from the endpoint's prefill
+    /// tokens to its decode context.
+    pub fn chunk(&self, id: u64, first: bool, now: Instant) {
+        let mut shard = self.shard(id);
+        let Some(record) = shard.get_mut(&id) else { return };
+        record.chunks += 1;
+        if !first && record.first_chunk_at.is_some() {
+            return;
+        }
+        record.first_chunk_at.get_or_insert(now);
+        let decoding =
+            PhaseLoad { prefill_tokens: 0, decode_tokens: u64::from(record.observation.input_tokens) };
+        if record.phase != decoding {
+            let mut running = self.running();
+            running.remove_phase(&record.endpoint, record.phase);
+            running.add_phase(&record.endpoint, decoding);
+            record.phase = decoding;
         }
     }
 
     /// Forgets a request (it ended); its record, if it was still remembered.
     pub fn remove(&self, id: u64) -> Option<Record> {
         let record = self.shard(id).remove(&id)?;
-        if let Some(slo) = record.running_tpot_slo_ms {
-            self.running().remove(&record.endpoint, slo);
-        }
+        self.running().release(&record);
         Some(record)
     }
 
@@ -151,10 +232,9 @@ impl Tracker {
                 }
                 keep
             });
-            for record in expired {
-                if let Some(slo) = record.running_tpot_slo_ms {
-                    self.running().remove(&record.endpoint, slo);
-                }
+            let mut running = self.running();
+            for record in &expired {
+                running.release(record);
             }
         }
     }
@@ -165,6 +245,7 @@ impl Tracker {
         let mut running = self.running();
         for endpoint in removed {
             running.by_endpoint.remove(&endpoint_key(endpoint));
+            running.phases.remove(&endpoint_key(endpoint));
         }
     }
 
