@@ -5,9 +5,9 @@
 //! runs) and off, in one run, so the health filter's cost reads as a ratio. Beside it, the per-request
 //! metrics alone for a label set that already has its series (the common case, which the per-family
 //! series cap must keep as cheap as a plain family lookup). And the same request through llm-d's
-//! predicted-latency pipelines (config/predicted-latency.yaml and predicted-latency-slo.yaml) with a
-//! trained 200-tree model: features for every endpoint, a TTFT (and TPOT) batch prediction, the affinity
-//! and tier filters and the latency scorer.
+//! predicted-latency pipelines (config/predicted-latency.yaml and predicted-latency-slo.yaml) and epp's
+//! profile (predicted-latency-epp.yaml) with a trained 200-tree model: features for every endpoint, a TTFT
+//! (and TPOT) batch prediction, the affinity and tier filters and the latency scorer.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -91,7 +91,7 @@ fn director(endpoints: usize, health: bool, pipeline: Pipeline) -> Director {
                     .join("\n");
             }
             let loaded = config::load(&text, &Registry::with_builtins(), &ctx).expect("config loads");
-            train(&hub, name.contains("slo"));
+            train(&hub, text.contains("streamingMode: true"));
             loaded
         }
     };
@@ -168,6 +168,11 @@ fn bench(c: &mut Criterion) {
             "request_path/220KB_chat_100_endpoints_predicted_latency_slo",
             true,
             Pipeline::File("predicted-latency-slo.yaml"),
+        ),
+        (
+            "request_path/220KB_chat_100_endpoints_predicted_latency_epp",
+            true,
+            Pipeline::File("predicted-latency-epp.yaml"),
         ),
     ] {
         let director = director(100, health, pipeline);

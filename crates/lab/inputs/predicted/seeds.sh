@@ -2,20 +2,24 @@
 # Runs the predicted-latency comparison over many seeds and prints the mean ± standard deviation of every
 # metric per config as a Markdown table (BENCHMARKS.md, "Predicted-latency routing in the lab").
 #
-#   usage: crates/lab/inputs/predicted/seeds.sh [FLEET] [WORKLOAD]
-#   env:   SEEDS (10), RATE (the workload file's), DURATION (the file's), OUT (a temp dir; keeps the JSON),
+#   usage: crates/lab/inputs/predicted/seeds.sh [FLEET (fleet-mixed.yaml)] [WORKLOAD (workload-longtail-tpot100.yaml)]
+#   env:   SEEDS (10), FIRST_SEED (1; seeds FIRST_SEED..FIRST_SEED+SEEDS-1), RATE (the workload file's),
+#          DURATION (the file's), OUT (a temp dir; keeps the JSON),
 #          LAB (target/release/epp-lab), BASELINES (default), JOBS (nproc),
-#          CONFIGS (config/predicted-latency.yaml crates/lab/inputs/predicted/predicted-latency-streaming-max.yaml):
+#          CONFIGS (config/predicted-latency-epp.yaml config/predicted-latency.yaml
+#            crates/lab/inputs/predicted/default-prefix6.yaml):
 #            run on the workload as it is (no SLO headers unless the file sends them),
 #          SLO_CONFIGS (config/predicted-latency-slo.yaml): run on a copy with send_slo_headers: true
 # Every config of one seed sees the same requests (the headers change nothing else in the plan).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../../.."
 FLEET=${1:-crates/lab/inputs/predicted/fleet-mixed.yaml}
-WORKLOAD=${2:-crates/lab/inputs/predicted/workload-longtail.yaml}
+WORKLOAD=${2:-crates/lab/inputs/predicted/workload-longtail-tpot100.yaml}
 SEEDS=${SEEDS:-10}
+FIRST_SEED=${FIRST_SEED:-1}
+LAST_SEED=$((FIRST_SEED + SEEDS - 1))
 LAB=${LAB:-${CARGO_TARGET_DIR:-target}/release/epp-lab}
-CONFIGS=${CONFIGS-config/predicted-latency.yaml crates/lab/inputs/predicted/predicted-latency-streaming-max.yaml}
+CONFIGS=${CONFIGS-config/predicted-latency-epp.yaml config/predicted-latency.yaml crates/lab/inputs/predicted/default-prefix6.yaml}
 SLO_CONFIGS=${SLO_CONFIGS-config/predicted-latency-slo.yaml}
 BASELINES=${BASELINES-default}
 OUT=${OUT:-$(mktemp -d)}
@@ -44,15 +48,15 @@ lab() { # output-stem workload args...
   "$LAB" "${common[@]}" --workload "$file" "$@" --json "$stem.json" >"$stem.txt" 2>"$stem.err" ||
     { cat "$stem.err" >&2; exit 1; }
 }
-for seed in $(seq 1 "$SEEDS"); do
+for seed in $(seq "$FIRST_SEED" "$LAST_SEED"); do
   [ ${#plain[@]} -eq 0 ] || lab "$OUT/seed-$seed" "$workload" "${plain[@]}" --seed "$seed"
   [ ${#slo[@]} -eq 0 ] || lab "$OUT/seed-$seed-slo" "$with_headers" "${slo[@]}" --seed "$seed"
 done
 
-python3 - "$OUT" "$SEEDS" "$FLEET" "$WORKLOAD" "$(grep -oE "rate: [0-9.]+" "$workload" | head -1 | cut -d" " -f2)" <<'PY'
+python3 - "$OUT" "$FIRST_SEED" "$LAST_SEED" "$FLEET" "$WORKLOAD" "$(grep -oE "rate: [0-9.]+" "$workload" | head -1 | cut -d" " -f2)" <<'PY'
 import json, statistics, sys
 
-out, seeds, fleet, workload, rate = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+out, first_seed, last, fleet, workload, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:7]
 import os
 
 def load(seed):
@@ -62,7 +66,7 @@ def load(seed):
     merged["runs"] = [run for rep in reports for run in rep["runs"]]
     return merged
 
-reports = [load(s) for s in range(1, seeds + 1)]
+reports = [load(s) for s in range(first_seed, last + 1)]
 names = [r["name"] for r in reports[0]["runs"]]
 
 def get(run, path):
@@ -114,8 +118,8 @@ def cell(name, path, scale):
     return f"{m:.{digits}f} ± {sd:.{digits}f}"
 
 first = reports[0]
-print(f"{fleet} ({first['replicas']} replicas), {workload} at rate {rate} ({first['requests']} requests in seed 1), "
-      f"{first['duration_s']:.0f} s per run, seeds 1–{seeds}: mean ± standard deviation over seeds.\n")
+print(f"{fleet} ({first['replicas']} replicas), {workload} at rate {rate} ({first['requests']} requests in seed {first_seed}), "
+      f"{first['duration_s']:.0f} s per run, seeds {first_seed}–{last}: mean ± standard deviation over seeds.\n")
 print("| metric | " + " | ".join(names) + " |")
 print("|---|" + "---:|" * len(names))
 for label, path, scale in rows:
