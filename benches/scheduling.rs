@@ -65,6 +65,7 @@ impl Req {
             estimated_tokens: (self.body.len() / 4 * 5 / 2) as u64,
             slo: Default::default(),
             now: Instant::now(),
+            dry_run: false,
         }
     }
 }

@@ -56,6 +56,7 @@ impl Prepared {
             estimated_tokens: self.estimated_tokens,
             slo: self.slo,
             now,
+            dry_run: false,
         }
     }
 }

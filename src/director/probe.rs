@@ -143,7 +143,7 @@ impl RouteProbe {
         let req = incoming(probe);
         let prepared = d.prepare(&req, &mut rng).map_err(|(e, _)| e)?;
         let (mut candidates, excluded_by_health) = self.candidates(&req)?;
-        let sreq = prepared.scheduling_request(&req, Instant::now());
+        let sreq = SchedulingRequest { dry_run: true, ..prepared.scheduling_request(&req, Instant::now()) };
         let explained =
             explain(&d.pipeline, d.admission.shedding_detector(), &sreq, &mut candidates, &mut rng);
         let pick = explained.pick().map(|primary| PickView {

@@ -30,6 +30,9 @@ pub struct SchedulingRequest<'a> {
     /// The latency objectives from the SLO headers (zero when none).
     pub slo: Slo,
     pub now: Instant,
+    /// A route probe's request (`POST /debug/route`): plugins decide as usual but record no metrics, so
+    /// explaining a decision is never counted as making one.
+    pub dry_run: bool,
 }
 
 impl<'a> SchedulingRequest<'a> {

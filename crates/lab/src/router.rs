@@ -244,6 +244,7 @@ impl PipelineRouter {
             estimated_tokens,
             slo: req.slo,
             now: req.now,
+            dry_run: false,
         };
         self.candidates.clear();
         self.candidates.extend(endpoints.iter().cloned().map(Candidate::new));

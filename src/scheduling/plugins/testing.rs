@@ -100,6 +100,7 @@ impl RequestFixture {
             estimated_tokens: self.estimated_tokens,
             slo: Default::default(),
             now: Instant::now(),
+            dry_run: false,
         }
     }
 }

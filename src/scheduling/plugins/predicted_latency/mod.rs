@@ -120,7 +120,14 @@ impl PredictedLatencyProducer {
 
     fn predict(&self, req: &SchedulingRequest<'_>, candidates: &mut [Candidate]) {
         let Some(models) = self.predictor.snapshot() else { return };
-        let labels = self.metrics.labels_for(&self.name, TYPE_NAME, feedback::request_labels(req));
+        // A probe's prediction is not one epp made for a request: not timed into the metrics.
+        let labels = (!req.dry_run)
+            .then(|| self.metrics.labels_for(&self.name, TYPE_NAME, feedback::request_labels(req)));
+        let record = |kind, started: Instant| {
+            if let Some(labels) = &labels {
+                self.metrics.prediction_duration(labels, kind, started.elapsed().as_secs_f64());
+            }
+        };
         let n = candidates.len();
         BUFFERS.with(|buffers| {
             let mut guard = buffers.borrow_mut();
@@ -137,7 +144,7 @@ impl PredictedLatencyProducer {
             ttft.resize(n, 0.0);
             let started = Instant::now();
             models.ttft.predict_batch(rows, ttft);
-            self.metrics.prediction_duration(&labels, LatencyKind::Ttft, started.elapsed().as_secs_f64());
+            record(LatencyKind::Ttft, started);
 
             tpot.clear();
             tpot.resize(n, 0.0);
@@ -153,7 +160,7 @@ impl PredictedLatencyProducer {
                 }
                 let started = Instant::now();
                 model.predict_batch(rows, tpot);
-                self.metrics.prediction_duration(&labels, LatencyKind::Tpot, started.elapsed().as_secs_f64());
+                record(LatencyKind::Tpot, started);
             }
             let running_tpot = self.settings.streaming.then(|| self.tracker.running());
             for (i, c) in candidates.iter_mut().enumerate() {

@@ -149,6 +149,32 @@ fn slo_headroom_uses_the_tightest_running_tpot_objective() {
 }
 
 #[test]
+fn a_probe_predicts_but_records_no_prediction_metrics() {
+    let hub = hub(true);
+    let registry = MetricsRegistry::new("test");
+    let settings = ProducerSettings { streaming: true, ..ProducerSettings::default() };
+    let handles = hub.attach(true).unwrap();
+    let p = PredictedLatencyProducer::new("plp", settings, handles, LatencyMetrics::register(&registry));
+    let mut fixture = RequestFixture::with_prompt("m", "hello");
+    fixture.parsed.stream = true;
+    for round in 0..40 {
+        train_round(&p, &fixture, |_| 400, round);
+    }
+    assert!(hub.retrain_now());
+    let timed = |page: &str| page.lines().filter(|l| l.contains("prediction_duration_seconds_count")).count();
+    let baseline = timed(&registry.encode());
+
+    let mut candidates = vec![labelled(1, "h100", 0)];
+    let probe = crate::scheduling::SchedulingRequest { dry_run: true, ..fixture.request() };
+    p.prepare(&probe, &mut candidates);
+    assert!(candidates[0].attrs.latency.is_some_and(|l| l.tpot_ms > 0.0), "the probe sees predictions");
+    assert_eq!(timed(&registry.encode()), baseline, "nothing recorded for a probe");
+
+    p.prepare(&fixture.request(), &mut candidates);
+    assert!(timed(&registry.encode()) > baseline, "a real request's predictions are timed");
+}
+
+#[test]
 fn requests_running_past_the_ttl_are_forgotten() {
     let hub = hub(true);
     let settings = ProducerSettings {
