@@ -6,8 +6,8 @@
 //! SLO header gets the same 400), the candidates (subset hint, endpoint health), legacy shedding, the data
 //! producers, every admitter, and the scheduling profiles traced step by step — and stops before anything
 //! lasting: no flow-control enqueue, no pre-request hooks (in-flight counters, prefix index, the latency
-//! producer's records), no request or scheduler metrics (only the predictor's prediction-duration histograms,
-//! recorded inside the producer, see its predictions). Its pick equals `decide`'s for the same snapshot and
+//! producer's records), no request, scheduler or prediction metrics (the scheduling request is marked
+//! `dry_run`). Its pick equals `decide`'s for the same snapshot and
 //! random state: both run [`crate::scheduling::Pipeline::schedule_traced`]'s one implementation, and the
 //! probe seeds its generator from `seed` (reported, so a decision can be replayed).
 
