@@ -45,6 +45,8 @@ struct Buffers {
     rows: Vec<f32>,
     ttft: Vec<f32>,
     tpot: Vec<f32>,
+    /// The candidates' tokens in flight, copied out under the tracker's lock.
+    phases: Vec<PhaseLoad>,
 }
 
 /// The producer: predictions in `prepare`, the request's lifecycle in the hooks.
@@ -131,7 +133,7 @@ impl PredictedLatencyProducer {
         let n = candidates.len();
         BUFFERS.with(|buffers| {
             let mut guard = buffers.borrow_mut();
-            let Buffers { rows, ttft, tpot } = &mut *guard;
+            let Buffers { rows, ttft, tpot, .. } = &mut *guard;
             rows.clear();
             rows.resize(n * TTFT_COLUMNS.len(), 0.0);
             for (chunk, c) in rows.chunks_exact_mut(TTFT_COLUMNS.len()).zip(candidates.iter()) {
@@ -228,13 +230,20 @@ impl DataProducer for PredictedLatencyProducer {
     }
 
     fn prepare(&self, req: &SchedulingRequest<'_>, candidates: &mut [Candidate]) {
-        {
-            let running = self.tracker.running();
-            for c in candidates.iter_mut() {
-                c.attrs.latency = None;
-                c.attrs.observation = Some(self.observe(req, c, running.phase_load(&c.endpoint)));
+        BUFFERS.with(|buffers| {
+            let phases = &mut buffers.borrow_mut().phases;
+            phases.clear();
+            // Copied out, so the lock that every dispatch, first chunk and completion takes is held for a
+            // lookup per candidate, not for the feature capture.
+            {
+                let running = self.tracker.running();
+                phases.extend(candidates.iter().map(|c| running.phase_load(&c.endpoint)));
             }
-        }
+            for (c, &phase) in candidates.iter_mut().zip(phases.iter()) {
+                c.attrs.latency = None;
+                c.attrs.observation = Some(self.observe(req, c, phase));
+            }
+        });
         if self.settings.predict_in_produce && !candidates.is_empty() {
             self.predict(req, candidates);
         }
