@@ -59,6 +59,7 @@ FLEET=crates/lab/inputs/fleet-live.yaml
 LAB_WORKLOAD=crates/lab/inputs/workload-live.yaml
 RANDOM_CONFIG=crates/lab/inputs/configs/random.yaml
 PREDICTED_CONFIG=${PREDICTED_CONFIG:-config/predicted-latency.yaml}
+[ -f "$PREDICTED_CONFIG" ] || { echo "live-vs-lab: PREDICTED_CONFIG $PREDICTED_CONFIG is not a file" >&2; exit 2; }
 MODEL=meta-llama/Llama-3.1-8B-Instruct
 PROFILES=h100-8b,h100-8b,l4-8b,l4-8b
 # The live runs read the lab's own workload file (epp-bench converts its token units, see

@@ -17,6 +17,9 @@ FLEET=${1:-crates/lab/inputs/predicted/fleet-mixed.yaml}
 WORKLOAD=${2:-crates/lab/inputs/predicted/workload-longtail-tpot100.yaml}
 SEEDS=${SEEDS:-10}
 FIRST_SEED=${FIRST_SEED:-1}
+for n in SEEDS FIRST_SEED; do
+  [[ ${!n} =~ ^[1-9][0-9]*$ ]] || { echo "seeds.sh: $n must be a positive integer, got '${!n}'" >&2; exit 2; }
+done
 LAST_SEED=$((FIRST_SEED + SEEDS - 1))
 LAB=${LAB:-${CARGO_TARGET_DIR:-target}/release/epp-lab}
 CONFIGS=${CONFIGS-config/predicted-latency-epp.yaml config/predicted-latency.yaml crates/lab/inputs/predicted/default-prefix6.yaml}

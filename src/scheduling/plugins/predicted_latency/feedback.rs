@@ -65,7 +65,7 @@ impl PreRequest for PredictedLatencyProducer {
             first_chunk_at: None,
             chunks: 0,
             labels,
-            phase: PhaseLoad { prefill_tokens: observation.uncached_tokens(), decode_tokens: 0 },
+            phase: PhaseLoad::prefilling(&observation),
         };
         self.tracker.insert(info.dispatch_id, record, req.now);
     }

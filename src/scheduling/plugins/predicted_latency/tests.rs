@@ -174,15 +174,20 @@ fn a_probe_predicts_but_records_no_prediction_metrics() {
     assert!(timed(&registry.encode()) > baseline, "a real request's predictions are timed");
 }
 
-#[test]
-fn requests_running_past_the_ttl_are_forgotten() {
-    let hub = hub(true);
+/// A streaming producer that forgets requests running longer than a second.
+fn streaming_producer_with_a_1s_ttl(hub: &PredictorHub) -> PredictedLatencyProducer {
     let settings = ProducerSettings {
         streaming: true,
         context_ttl: Duration::from_secs(1),
         ..ProducerSettings::default()
     };
-    let p = producer(&hub, settings);
+    producer(hub, settings)
+}
+
+#[test]
+fn requests_running_past_the_ttl_are_forgotten() {
+    let hub = hub(true);
+    let p = streaming_producer_with_a_1s_ttl(&hub);
     let fixture = RequestFixture::with_prompt("m", "hello");
     let mut req = fixture.request();
     req.slo = Slo { ttft_ms: 0.0, tpot_ms: 50.0 };
@@ -257,12 +262,7 @@ fn tokens_in_flight_follow_each_request_from_prefill_to_decode_to_its_end() {
 #[test]
 fn tokens_in_flight_are_released_by_the_ttl_and_by_endpoint_removal() {
     let hub = hub(true);
-    let settings = ProducerSettings {
-        streaming: true,
-        context_ttl: Duration::from_secs(1),
-        ..ProducerSettings::default()
-    };
-    let p = producer(&hub, settings);
+    let p = streaming_producer_with_a_1s_ttl(&hub);
     let fixture = RequestFixture::with_prompt("m", "hello");
     let mut req = fixture.request();
     req.input_tokens = 500;

@@ -56,6 +56,16 @@ pub struct PhaseLoad {
 }
 
 impl PhaseLoad {
+    /// What a request holds from dispatch to its first chunk: the part of its prompt not cached there.
+    pub fn prefilling(observation: &Observation) -> Self {
+        PhaseLoad { prefill_tokens: observation.uncached_tokens(), decode_tokens: 0 }
+    }
+
+    /// What it holds once decoding: its prompt, as context every step reads.
+    pub fn decoding(observation: &Observation) -> Self {
+        PhaseLoad { prefill_tokens: 0, decode_tokens: u64::from(observation.input_tokens) }
+    }
+
     fn add(&mut self, other: PhaseLoad) {
         self.prefill_tokens = self.prefill_tokens.saturating_add(other.prefill_tokens);
         self.decode_tokens = self.decode_tokens.saturating_add(other.decode_tokens);
@@ -204,8 +214,7 @@ impl Tracker {
             return;
         }
         record.first_chunk_at.get_or_insert(now);
-        let decoding =
-            PhaseLoad { prefill_tokens: 0, decode_tokens: u64::from(record.observation.input_tokens) };
+        let decoding = PhaseLoad::decoding(&record.observation);
         if record.phase != decoding {
             let mut running = self.running();
             running.remove_phase(&record.endpoint, record.phase);
