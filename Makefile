@@ -17,7 +17,7 @@ NUMPY_VERSION ?= 2.2.6
 XGBOOST_STAMP := $(VENV)/.xgboost-cpu-$(XGBOOST_VERSION)-numpy-$(NUMPY_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy xgboost prometheus lint check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab soak fuzz
+.PHONY: all build release envoy xgboost prometheus lint check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenarios scenarios-calibrate soak fuzz
 
 all: build
 
@@ -128,6 +128,19 @@ demo-smoke: envoy
 live-vs-lab: envoy
 	$(CARGO) build --release --workspace --bins
 	scripts/live-vs-lab.sh
+
+## scenarios: the lab's scenario suite (crates/lab/inputs/scenarios/): every config x scenario x SEEDS (1-10), the
+## oracle on ORACLE_SEEDS (1-3); writes the table into BENCHMARKS.md and the chart docs/scenarios.svg. Tens of
+## minutes on 2 cores. scenarios-calibrate re-finds each scenario's rate_scale (the default profile at 70-85%).
+SEEDS ?= 1-10
+ORACLE_SEEDS ?= 1-3
+scenarios:
+	$(CARGO) build --release -p epp-lab
+	$(PYTHON) scripts/scenarios.py run --seeds $(SEEDS) --oracle-seeds $(ORACLE_SEEDS) --write
+
+scenarios-calibrate:
+	$(CARGO) build --release -p epp-lab
+	$(PYTHON) scripts/scenarios.py calibrate
 
 ## soak: SOAK_MINUTES (30) at SOAK_LOAD (0.8) of the measured maximum through Envoy, a fault every 2 minutes; writes
 ## target/soak/soak.csv and the plot target/soak/soak.png (matplotlib into $(VENV)). Not part of `make test`.

@@ -76,6 +76,7 @@ pub fn from_lab(lab: &epp_lab::Workload) -> Result<Workload, WorkloadError> {
         Arrival::Poisson { rate } => w.poisson = Some(rate),
         Arrival::Constant { rate } => w.rate = Some(rate),
         Arrival::Bursts { .. } => return Err(unsupported("arrival", "epp-bench has no bursts arrival")),
+        Arrival::Diurnal { .. } => return Err(unsupported("arrival", "epp-bench has no diurnal arrival")),
     }
     if let Some(shared) = &lab.shared_prefixes {
         if shared.fraction != 1.0 {

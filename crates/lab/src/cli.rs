@@ -7,23 +7,32 @@ use anyhow::Context;
 use clap::Parser;
 
 use super::values::Seconds;
+use super::scenario::Scenario;
 use super::{compare, format_table, Fleet, RouterChoice, RouterSpec, Workload};
 
 /// Compare routing configs on one simulated fleet and workload, in virtual time.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "epp-lab", version, about)]
 pub struct LabArgs {
-    /// Fleet file (YAML): replica groups of accelerator profiles.
+    /// Fleet file (YAML): replica groups of accelerator profiles. Needed unless --scenario is given.
+    #[arg(long, required_unless_present = "scenario", conflicts_with = "scenario")]
+    pub fleet: Option<PathBuf>,
+    /// Workload file (YAML): arrivals, lengths, shared prefixes, sessions, LoRAs, SLOs. Needed unless
+    /// --scenario is given.
+    #[arg(long, required_unless_present = "scenario", conflicts_with = "scenario")]
+    pub workload: Option<PathBuf>,
+    /// Scenario file (YAML): a fleet, a workload and its rate scale in one (crates/lab/inputs/scenarios/).
     #[arg(long)]
-    pub fleet: PathBuf,
-    /// Workload file (YAML): arrivals, lengths, shared prefixes, sessions, LoRAs, SLOs.
-    #[arg(long)]
-    pub workload: PathBuf,
+    pub scenario: Option<PathBuf>,
     /// An EndpointPickerConfig to compare (repeatable); its column is named after the file.
     #[arg(long = "config")]
     pub configs: Vec<PathBuf>,
-    /// Built-in baselines to compare: random, round-robin, default. When neither --config nor
-    /// --baselines is given, all three run.
+    /// An EndpointPickerConfig to compare with every request carrying the workload's SLO as its
+    /// objectives (the x-llm-d-slo-*-ms headers); repeatable; its column is the file's name + "+slo".
+    #[arg(long = "slo-config")]
+    pub slo_configs: Vec<PathBuf>,
+    /// Built-in baselines to compare: random, round-robin, default, oracle (the clairvoyant reference).
+    /// When neither --config, --slo-config nor --baselines is given, random, round-robin and default run.
     #[arg(long, value_delimiter = ',')]
     pub baselines: Vec<String>,
     /// Override the workload's duration (e.g. 30s, 10m).
@@ -32,6 +41,9 @@ pub struct LabArgs {
     /// Override the workload's seed.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Multiply every arrival rate of the workload (on top of a scenario's own rate_scale).
+    #[arg(long, value_parser = parse_scale)]
+    pub rate_scale: Option<f64>,
     /// Override the fleet's telemetry scrape interval (e.g. 50ms).
     #[arg(long, value_parser = parse_seconds)]
     pub scrape_interval: Option<f64>,
@@ -43,6 +55,33 @@ pub struct LabArgs {
     pub jobs: Option<usize>,
 }
 
+impl LabArgs {
+    /// Arguments for a fleet and workload file, everything else at its default.
+    pub fn new(fleet: PathBuf, workload: PathBuf) -> Self {
+        Self {
+            fleet: Some(fleet),
+            workload: Some(workload),
+            scenario: None,
+            configs: Vec::new(),
+            slo_configs: Vec::new(),
+            baselines: Vec::new(),
+            duration: None,
+            seed: None,
+            rate_scale: None,
+            scrape_interval: None,
+            json: None,
+            jobs: None,
+        }
+    }
+}
+
+fn parse_scale(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("must be a number greater than zero, got {text:?}")),
+    }
+}
+
 fn parse_seconds(text: &str) -> Result<f64, String> {
     let s: Seconds = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
     if s.0 > 0.0 {
@@ -52,27 +91,32 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
     }
 }
 
-/// The routing configs the arguments ask for, in order: config files, then baselines.
+/// The routing configs the arguments ask for, in order: config files, SLO-header config files, then
+/// baselines.
 pub fn choices(args: &LabArgs) -> anyhow::Result<Vec<RouterChoice>> {
-    let mut choices = Vec::new();
-    for path in &args.configs {
+    let mut choices: Vec<RouterChoice> = Vec::new();
+    let files = args.configs.iter().map(|p| (p, false)).chain(args.slo_configs.iter().map(|p| (p, true)));
+    for (path, slo_headers) in files {
         let yaml =
             std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
-        let stem =
+        let stem: String =
             path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into());
+        let stem = if slo_headers { format!("{stem}+slo") } else { stem };
         let mut name = stem.clone();
         let mut n = 2;
-        while choices.iter().any(|c: &RouterChoice| c.name == name) {
+        while choices.iter().any(|c| c.name == name) {
             name = format!("{stem}-{n}");
             n += 1;
         }
-        choices.push(RouterChoice { name, spec: RouterSpec::Config { yaml } });
+        let choice = RouterChoice::new(name, RouterSpec::Config { yaml });
+        choices.push(if slo_headers { choice.with_slo_headers() } else { choice });
     }
-    let baselines: Vec<String> = if args.baselines.is_empty() && args.configs.is_empty() {
-        RouterChoice::BASELINES.iter().map(|s| s.to_string()).collect()
-    } else {
-        args.baselines.clone()
-    };
+    let baselines: Vec<String> =
+        if args.baselines.is_empty() && args.configs.is_empty() && args.slo_configs.is_empty() {
+            ["random", "round-robin", "default"].iter().map(|s| s.to_string()).collect()
+        } else {
+            args.baselines.clone()
+        };
     for name in baselines.iter().filter(|b| !b.trim().is_empty()) {
         let choice = RouterChoice::baseline(name).with_context(|| {
             format!("unknown baseline {name:?}; known: {}", RouterChoice::BASELINES.join(", "))
@@ -82,11 +126,25 @@ pub fn choices(args: &LabArgs) -> anyhow::Result<Vec<RouterChoice>> {
     Ok(choices)
 }
 
+/// The fleet and workload the arguments name: a scenario's, or the two files'.
+fn inputs(args: &LabArgs) -> anyhow::Result<(Fleet, Workload)> {
+    if let Some(path) = &args.scenario {
+        let scenario = Scenario::load(path)?;
+        return Ok((scenario.fleet, scenario.workload));
+    }
+    let (Some(fleet), Some(workload)) = (&args.fleet, &args.workload) else {
+        anyhow::bail!("give --scenario, or both --fleet and --workload");
+    };
+    Ok((Fleet::load(fleet)?, Workload::load(workload)?))
+}
+
 /// Runs the comparison the arguments describe: prints the table to stdout (wall time to stderr) and
 /// writes the JSON report when asked.
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
-    let mut fleet = Fleet::load(&args.fleet)?;
-    let mut workload = Workload::load(&args.workload)?;
+    let (mut fleet, mut workload) = inputs(&args)?;
+    if let Some(scale) = args.rate_scale {
+        workload.arrival = workload.arrival.scaled(scale);
+    }
     if let Some(d) = args.duration {
         workload.duration = Seconds(d);
     }

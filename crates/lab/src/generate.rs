@@ -247,6 +247,19 @@ fn arrival_times(arrival: &Arrival, duration: f64, seed: u64) -> Vec<f64> {
                 t += exponential(&mut rng, 1.0 / peak);
             }
         }
+        Arrival::Diurnal { min_rate, max_rate, period } => {
+            let rate_at = |t: f64| {
+                let phase = std::f64::consts::TAU * t / period.0;
+                min_rate + (max_rate - min_rate) * 0.5 * (1.0 - phase.cos())
+            };
+            let mut t = exponential(&mut rng, 1.0 / max_rate);
+            while t < duration {
+                if rng.random::<f64>() * max_rate < rate_at(t) {
+                    times.push(t);
+                }
+                t += exponential(&mut rng, 1.0 / max_rate);
+            }
+        }
     }
     times
 }

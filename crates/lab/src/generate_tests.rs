@@ -43,6 +43,24 @@ fn bursts_concentrate_arrivals() {
 }
 
 #[test]
+fn diurnal_arrivals_ramp_up_and_down_and_scale() {
+    let w = Workload::from_yaml(
+        "duration: 100s\narrival: {diurnal: {min_rate: 2, max_rate: 40, period: 100s}}\n\
+         prompt_tokens: {constant: 10}\noutput_tokens: {constant: 1}\n",
+    )
+    .unwrap();
+    let in_window = |plan: &Plan, from: f64, to: f64| {
+        plan.requests.iter().filter(|r| (from..to).contains(&r.arrival)).count()
+    };
+    let plan = Plan::new(&w);
+    let (trough, peak, tail) = (in_window(&plan, 0.0, 10.0), in_window(&plan, 45.0, 55.0), in_window(&plan, 90.0, 100.0));
+    assert!(peak > 4 * trough && peak > 4 * tail, "trough {trough}, peak {peak}, tail {tail}");
+    let doubled = Plan::new(&Workload { arrival: w.arrival.scaled(2.0), ..w.clone() });
+    let ratio = doubled.requests.len() as f64 / plan.requests.len() as f64;
+    assert!((1.8..2.2).contains(&ratio), "scaled by 2: {ratio}");
+}
+
+#[test]
 fn bodies_parse_and_share_prefixes() {
     let w = workload(
         "shared_prefixes: {fraction: 1, groups: 1, prefix_tokens: {constant: 200}}\n\

@@ -38,6 +38,8 @@ pub enum RouterSpec {
     Default,
     /// An EndpointPickerConfig, as YAML text.
     Config { yaml: String },
+    /// The clairvoyant reference ([`super::oracle`]): each request where its own exact outcome is best.
+    Oracle,
 }
 
 /// A named routing configuration: one column of the comparison.
@@ -45,22 +47,36 @@ pub enum RouterSpec {
 pub struct RouterChoice {
     pub name: String,
     pub spec: RouterSpec,
+    /// Every request carries the workload's SLO as its objectives (the `x-llm-d-slo-*-ms` headers), as
+    /// if `send_slo_headers` were on for this column alone; the requests are otherwise the same.
+    pub slo_headers: bool,
 }
 
 impl RouterChoice {
-    /// A built-in baseline by name: `random`, `round-robin` or `default`.
+    /// A column without SLO headers (unless the workload sends them).
+    pub fn new(name: impl Into<String>, spec: RouterSpec) -> Self {
+        Self { name: name.into(), spec, slo_headers: false }
+    }
+
+    /// The same column with the workload's SLO sent as headers.
+    pub fn with_slo_headers(self) -> Self {
+        Self { slo_headers: true, ..self }
+    }
+
+    /// A built-in baseline by name: `random`, `round-robin`, `default` or `oracle`.
     pub fn baseline(name: &str) -> Option<Self> {
         let spec = match name.trim() {
             "random" => RouterSpec::Random,
             "round-robin" | "roundrobin" | "rr" => RouterSpec::RoundRobin,
             "default" => RouterSpec::Default,
+            "oracle" => RouterSpec::Oracle,
             _ => return None,
         };
-        Some(Self { name: name.trim().to_string(), spec })
+        Some(Self::new(name.trim(), spec))
     }
 
     /// Names accepted by [`RouterChoice::baseline`].
-    pub const BASELINES: &'static [&'static str] = &["random", "round-robin", "default"];
+    pub const BASELINES: &'static [&'static str] = &["random", "round-robin", "default", "oracle"];
 }
 
 /// Why the pipeline refused a request: the status the server would answer (429 for load: shed, no
@@ -92,6 +108,8 @@ pub(crate) enum Router {
     Random(SmallRng),
     RoundRobin(usize),
     Pipeline(Box<PipelineRouter>),
+    /// Routes in the simulation, which holds the engines it looks ahead on ([`super::oracle`]).
+    Oracle,
 }
 
 pub(crate) struct PipelineRouter {
@@ -130,6 +148,7 @@ impl Router {
         Ok(match spec {
             RouterSpec::Random => Router::Random(rng),
             RouterSpec::RoundRobin => Router::RoundRobin(0),
+            RouterSpec::Oracle => Router::Oracle,
             RouterSpec::Default | RouterSpec::Config { .. } => {
                 let hub = training::hub();
                 let loaded = load_config(spec, datastore, hub.clone())?;
@@ -191,6 +210,9 @@ impl Router {
                 Ok(Routed { replica, dispatch: None })
             }
             Router::Pipeline(p) => p.route(req, endpoints),
+            Router::Oracle => {
+                Err(Refused { status: 500, reason: "the oracle routes in the simulation".into() })
+            }
         }
     }
 

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use super::fleet::Fleet;
 use super::generate::Plan;
+use super::oracle::{self, Lookahead};
 use super::report::{summarize, Outcome, Record, ReplicaSummary, RunReport};
-use super::router::{Arriving, Router, RouterChoice};
+use super::router::{Arriving, Routed, Router, RouterChoice};
 use super::workload::Workload;
 use super::LabError;
 use epp::datastore::{Datastore, Endpoint, EndpointMetrics};
@@ -52,6 +53,8 @@ struct Replica {
     endpoint: Arc<Endpoint>,
     /// Events of the step in progress, delivered when it ends; `None` while idle.
     in_step: Option<Vec<RequestEvent>>,
+    /// When the step in progress ends (meaningful while `in_step` is `Some`).
+    step_end: f64,
 }
 
 /// Maps virtual seconds to the `Instant`s plugins see.
@@ -83,6 +86,10 @@ struct Run<'a> {
     slo: epp::request::Slo,
     /// Requests the pipeline refused with a 429 (load: shed, nothing schedulable, an admitter's denial).
     rejected_429: u64,
+    /// The objectives the oracle routes for (the workload's SLO, sent or not).
+    oracle_slo: Option<super::workload::Slo>,
+    /// Reused by the oracle for each request's per-replica lookaheads.
+    lookaheads: Vec<Lookahead>,
 }
 
 /// Simulates `plan` on `fleet` routed by `choice`. Deterministic: same inputs, same report.
@@ -105,7 +112,7 @@ pub fn run(
         .map(|(i, (spec, ep))| {
             let mut cfg = spec.engine.clone();
             cfg.seed = workload.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(i as u64);
-            Replica { engine: Engine::new(cfg), endpoint: ep.clone(), in_step: None }
+            Replica { engine: Engine::new(cfg), endpoint: ep.clone(), in_step: None, step_end: 0.0 }
         })
         .collect();
     let n = plan.requests.len();
@@ -121,8 +128,10 @@ pub fn run(
         engine_steps: 0,
         body: Vec::new(),
         request_id: String::new(),
-        slo: workload.request_slo(),
+        slo: if choice.slo_headers { workload.slo_as_objectives() } else { workload.request_slo() },
         rejected_429: 0,
+        oracle_slo: workload.slo,
+        lookaheads: Vec::with_capacity(fleet.replicas.len()),
     };
     let makespan = run.event_loop(fleet.scrape_interval)?;
     let summaries: Vec<ReplicaSummary> = run
@@ -222,7 +231,19 @@ impl Run<'_> {
             slo: self.slo,
             now: self.clock.at(t),
         };
-        let routed = match self.router.route(&arriving, &self.endpoints) {
+        let prompt = tokenize(std::str::from_utf8(parsed.prefix_bytes(&self.body)).unwrap_or(""));
+        let request = SimRequest {
+            id: index as u64,
+            prompt,
+            max_output_tokens: self.plan.output_tokens(&planned),
+            lora: self.plan.model_of(&planned).map(str::to_string),
+        };
+        let routed = if matches!(self.router, Router::Oracle) {
+            Ok(Routed { replica: self.oracle_pick(&request, t), dispatch: None })
+        } else {
+            self.router.route(&arriving, &self.endpoints)
+        };
+        let routed = match routed {
             Ok(r) => r,
             Err(refused) => {
                 self.rejected_429 += u64::from(refused.status == 429);
@@ -230,18 +251,12 @@ impl Run<'_> {
                 return Ok(());
             }
         };
-        let prompt = tokenize(std::str::from_utf8(parsed.prefix_bytes(&self.body)).unwrap_or(""));
         let record = &mut self.records[index];
         record.replica = routed.replica as u32;
-        record.prompt_tokens = prompt.len() as u32;
+        record.prompt_tokens = request.prompt.len() as u32;
         self.dispatches[index] = routed.dispatch;
         let replica = &mut self.replicas[routed.replica];
-        replica.engine.add_request(SimRequest {
-            id: index as u64,
-            prompt,
-            max_output_tokens: self.plan.output_tokens(&planned),
-            lora: self.plan.model_of(&planned).map(str::to_string),
-        });
+        replica.engine.add_request(request);
         if replica.in_step.is_none() {
             self.start_step(routed.replica, t);
         }
@@ -253,7 +268,18 @@ impl Run<'_> {
         let result = r.engine.step();
         self.engine_steps += 1;
         r.in_step = Some(result.events);
-        self.steps.push(Reverse((VirtualTime(t + result.duration), replica)));
+        r.step_end = t + result.duration;
+        self.steps.push(Reverse((VirtualTime(r.step_end), replica)));
+    }
+
+    /// The oracle's replica for `request` arriving at `t`: each engine's copy played forward.
+    fn oracle_pick(&mut self, request: &SimRequest, t: f64) -> usize {
+        self.lookaheads.clear();
+        for r in &self.replicas {
+            let busy_for = if r.in_step.is_some() { r.step_end - t } else { 0.0 };
+            self.lookaheads.push(oracle::look_ahead(&r.engine, busy_for, request.clone()));
+        }
+        oracle::choose(&self.lookaheads, self.oracle_slo, request.max_output_tokens)
     }
 
     fn end_step(&mut self, replica: usize, t: f64) -> Result<(), LabError> {

@@ -11,7 +11,8 @@
 //! duration: 5m                     # virtual time during which requests arrive
 //! model: meta-llama/Llama-3.1-8B-Instruct
 //! arrival: {poisson: {rate: 40}}   # or {constant: {rate: 40}}, or
-//!                                  # {bursts: {base_rate: 10, burst_rate: 80, burst_duration: 5s, period: 60s}}
+//!                                  # {bursts: {base_rate: 10, burst_rate: 80, burst_duration: 5s, period: 60s}},
+//!                                  # or {diurnal: {min_rate: 5, max_rate: 40, period: 10m}} (a smooth ramp)
 //! prompt_tokens: {lognormal: {mean: 400, stddev: 300, max: 4000}}   # new user text per request
 //! output_tokens: {uniform: {min: 50, max: 300}}
 //! shared_prefixes: {fraction: 0.6, groups: 20, prefix_tokens: {constant: 1500}}
@@ -84,12 +85,43 @@ pub enum Arrival {
     /// Poisson at `burst_rate` for `burst_duration` at the start of every `period`, `base_rate` otherwise:
     /// `{bursts: {base_rate: 5, burst_rate: 50, burst_duration: 5s, period: 60s}}`.
     Bursts { base_rate: f64, burst_rate: f64, burst_duration: Seconds, period: Seconds },
+    /// Poisson whose rate follows a cosine from `min_rate` (at the start) up to `max_rate` (half a period
+    /// in) and back, once every `period`: a day's ramp compressed, `{diurnal: {min_rate: 5, max_rate: 40,
+    /// period: 10m}}`.
+    Diurnal { min_rate: f64, max_rate: f64, period: Seconds },
+}
+
+impl Arrival {
+    /// The same process with every rate multiplied by `factor` (the scenario suite's load knob).
+    pub fn scaled(&self, factor: f64) -> Arrival {
+        match *self {
+            Arrival::Poisson { rate } => Arrival::Poisson { rate: rate * factor },
+            Arrival::Constant { rate } => Arrival::Constant { rate: rate * factor },
+            Arrival::Bursts { base_rate, burst_rate, burst_duration, period } => Arrival::Bursts {
+                base_rate: base_rate * factor,
+                burst_rate: burst_rate * factor,
+                burst_duration,
+                period,
+            },
+            Arrival::Diurnal { min_rate, max_rate, period } => {
+                Arrival::Diurnal { min_rate: min_rate * factor, max_rate: max_rate * factor, period }
+            }
+        }
+    }
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RateParams {
     rate: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiurnalParams {
+    min_rate: f64,
+    max_rate: f64,
+    period: Seconds,
 }
 
 #[derive(Deserialize)]
@@ -110,9 +142,14 @@ impl<'de> Deserialize<'de> for Arrival {
                 f.write_str("an arrival process such as {poisson: {rate: 20}}")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Arrival, A::Error> {
-                let arrival = match single_key(&mut map, &["poisson", "constant", "bursts"])?.as_str() {
+                const KEYS: &[&str] = &["poisson", "constant", "bursts", "diurnal"];
+                let arrival = match single_key(&mut map, KEYS)?.as_str() {
                     "poisson" => Arrival::Poisson { rate: map.next_value::<RateParams>()?.rate },
                     "constant" => Arrival::Constant { rate: map.next_value::<RateParams>()?.rate },
+                    "diurnal" => {
+                        let p: DiurnalParams = map.next_value()?;
+                        Arrival::Diurnal { min_rate: p.min_rate, max_rate: p.max_rate, period: p.period }
+                    }
                     _ => {
                         let p: BurstParams = map.next_value()?;
                         Arrival::Bursts {
@@ -193,12 +230,20 @@ impl Workload {
     /// The objectives each request carries: the workload's `slo` when it opts in to sending it, none
     /// (zeros) otherwise.
     pub fn request_slo(&self) -> epp::request::Slo {
-        match (self.send_slo_headers, self.slo) {
-            (true, Some(slo)) => {
-                epp::request::Slo { ttft_ms: slo.ttft_ms.unwrap_or(0.0), tpot_ms: slo.tpot_ms.unwrap_or(0.0) }
-            }
-            _ => epp::request::Slo::default(),
+        if self.send_slo_headers {
+            self.slo_as_objectives()
+        } else {
+            epp::request::Slo::default()
         }
+    }
+
+    /// The workload's SLO as request objectives whether or not it sends them (a column run with SLO
+    /// headers); zeros without an `slo`.
+    pub fn slo_as_objectives(&self) -> epp::request::Slo {
+        self.slo.map_or_else(epp::request::Slo::default, |slo| epp::request::Slo {
+            ttft_ms: slo.ttft_ms.unwrap_or(0.0),
+            tpot_ms: slo.tpot_ms.unwrap_or(0.0),
+        })
     }
 
     /// Parses and validates workload YAML.
@@ -236,6 +281,18 @@ impl Workload {
                 }
                 if burst_duration.0 > period.0 {
                     return Err(LabError::invalid("arrival.bursts.burst_duration", "must not exceed period"));
+                }
+            }
+            Arrival::Diurnal { min_rate, max_rate, period } => {
+                if !(min_rate.is_finite() && *min_rate >= 0.0) {
+                    return Err(LabError::invalid("arrival.diurnal.min_rate", "must be a number >= 0"));
+                }
+                rate("diurnal.max_rate", *max_rate)?;
+                if max_rate < min_rate {
+                    return Err(LabError::invalid("arrival.diurnal.max_rate", "must not be below min_rate"));
+                }
+                if !period.0.is_finite() || period.0 <= 0.0 {
+                    return Err(LabError::invalid("arrival.diurnal.period", "must be greater than zero"));
                 }
             }
         }
@@ -361,6 +418,10 @@ mod tests {
             ),
             (format!("{MINIMAL}surprise: 1\n"), "surprise"),
             (format!("{MINIMAL}send_slo_headers: true\n"), "send_slo_headers"),
+            (
+                MINIMAL.replace("{poisson: {rate: 5}}", "{diurnal: {min_rate: 9, max_rate: 1, period: 1m}}"),
+                "arrival.diurnal.max_rate",
+            ),
         ];
         for (text, field) in cases {
             let e = Workload::from_yaml(&text).unwrap_err().to_string();

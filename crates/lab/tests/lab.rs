@@ -98,7 +98,7 @@ fn a_custom_config_runs_through_the_pipeline() {
                 plugins:\n- type: queue-scorer\n- type: max-score-picker\n\
                 schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n  \
                 - pluginRef: max-score-picker\n";
-    let choice = RouterChoice { name: "queue-only".into(), spec: RouterSpec::Config { yaml: yaml.into() } };
+    let choice = RouterChoice::new("queue-only", RouterSpec::Config { yaml: yaml.into() });
     let report = run(MIXED_FLEET, MIXED_WORKLOAD, &[choice]);
     let r = &report.runs[0];
     assert_eq!(r.name, "queue-only");
@@ -124,10 +124,7 @@ fn invalid_inputs_are_reported_with_their_field() {
     let e = Fleet::load("/nonexistent/fleet.yaml").unwrap_err().to_string();
     assert!(e.contains("/nonexistent/fleet.yaml"), "{e}");
 
-    let bad = RouterChoice {
-        name: "bad".into(),
-        spec: RouterSpec::Config { yaml: "plugins: [{type: nope}]".into() },
-    };
+    let bad = RouterChoice::new("bad", RouterSpec::Config { yaml: "plugins: [{type: nope}]".into() });
     let fleet = Fleet::from_yaml(MIXED_FLEET).unwrap();
     let workload = Workload::from_yaml(MIXED_WORKLOAD).unwrap();
     match compare(&fleet, &workload, &[bad], 1) {
@@ -155,8 +152,6 @@ fn cli_runs_configs_and_baselines_and_writes_json() {
     let config = write("prefix.yaml", "");
     let json = dir.path().join("out.json");
     let args = LabArgs {
-        fleet,
-        workload,
         configs: vec![config],
         baselines: vec!["random".into()],
         duration: Some(2.0),
@@ -164,6 +159,7 @@ fn cli_runs_configs_and_baselines_and_writes_json() {
         scrape_interval: Some(0.1),
         json: Some(json.clone()),
         jobs: Some(1),
+        ..LabArgs::new(fleet, workload)
     };
     assert_eq!(
         cli::choices(&args).unwrap().iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),

@@ -9,7 +9,7 @@ use epp_lab::{compare, Fleet, LabReport, RouterChoice, RouterSpec, Workload};
 fn config(file: &str) -> RouterChoice {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config").join(file);
     let yaml = std::fs::read_to_string(&path).unwrap();
-    RouterChoice { name: file.trim_end_matches(".yaml").into(), spec: RouterSpec::Config { yaml } }
+    RouterChoice::new(file.trim_end_matches(".yaml"), RouterSpec::Config { yaml })
 }
 
 const FLEET: &str = "replicas:\n- {profile: h100-8b, count: 2, labels: {accelerator: nvidia-h100}}\n\

@@ -27,7 +27,7 @@ pub use super::types::{
 };
 
 /// A request inside the engine.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Seq {
     id: u64,
     prompt_len: usize,
@@ -51,6 +51,8 @@ impl Seq {
     }
 }
 
+/// Cloneable so the lab's oracle can play a candidate's future forward on a copy (same noise stream).
+#[derive(Clone)]
 pub struct Engine {
     cfg: EngineConfig,
     pool: BlockPool,

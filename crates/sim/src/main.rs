@@ -25,7 +25,7 @@ struct Args {
     /// Number of replicas (default: the number of --profiles, else 1).
     #[arg(long)]
     replicas: Option<usize>,
-    /// Accelerator profile of every replica (h100-8b, l4-8b).
+    /// Accelerator profile of every replica (h100-8b, l4-8b, a100-8b, h200-8b, h100x4-70b).
     #[arg(long, default_value = "h100-8b", conflicts_with = "profiles")]
     profile: String,
     /// One profile per replica, comma-separated, for a heterogeneous fleet.

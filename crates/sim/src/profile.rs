@@ -43,7 +43,7 @@ pub struct AcceleratorProfile {
 
 impl AcceleratorProfile {
     /// Names accepted by [`AcceleratorProfile::by_name`].
-    pub const KNOWN: &'static [&'static str] = &["h100-8b", "l4-8b"];
+    pub const KNOWN: &'static [&'static str] = &["h100-8b", "l4-8b", "a100-8b", "h200-8b", "h100x4-70b"];
 
     /// Llama-3-8B class (bf16) on one H100 80 GB. Calibrated so that a lone 1k-token prompt has a
     /// ~65 ms TTFT, ITL is ~10 ms at batch 1 and ~22 ms at batch 64 with 1k-token contexts.
@@ -78,11 +78,66 @@ impl AcceleratorProfile {
         }
     }
 
+    /// The 8B model on one A100 80 GB (SXM): 2.0 TB/s of HBM against the H100's 3.35 and 312 dense bf16
+    /// TFLOP/s against ~990, so decode steps (memory-bound) take ~1.6x and prefill tokens (compute-bound)
+    /// ~2.4x an H100's. Same 80 GB, so the same KV room. CALIBRATION
+    pub fn a100_8b() -> Self {
+        Self {
+            name: "a100-8b".into(),
+            base_overhead: 0.016,
+            c_prefill: 130e-6,
+            c_decode_seq: 160e-6,
+            c_ctx: 0.16e-6,
+            c_prefill_attention: 4.3e-9,
+            default_num_gpu_blocks: 27_000,
+            default_max_num_batched_tokens: 8192,
+            default_max_num_seqs: 256,
+        }
+    }
+
+    /// The 8B model on one H200 141 GB: the H100's compute with 4.8 TB/s of HBM, so decode steps take
+    /// ~0.7x an H100's and prefill about the same; ~111 GB free after weights at 0.9 utilisation → ~53k
+    /// blocks. CALIBRATION
+    pub fn h200_8b() -> Self {
+        Self {
+            name: "h200-8b".into(),
+            base_overhead: 0.007,
+            c_prefill: 50e-6,
+            c_decode_seq: 75e-6,
+            c_ctx: 0.07e-6,
+            c_prefill_attention: 1.7e-9,
+            default_num_gpu_blocks: 53_000,
+            default_max_num_batched_tokens: 8192,
+            default_max_num_seqs: 256,
+        }
+    }
+
+    /// Llama-3.1-70B (bf16) on four H100 80 GB with tensor parallelism 4 (one replica, four GPUs): each GPU
+    /// reads a quarter of the 140 GB of weights per step (~10 ms at 3.35 TB/s, plus the all-reduces), and
+    /// a prompt token costs ~9x the 8B's FLOPs spread over four GPUs. KV: 320 KiB per token, 80 KiB per
+    /// GPU, ~37 GB free per GPU → ~30k blocks. CALIBRATION
+    pub fn h100x4_70b() -> Self {
+        Self {
+            name: "h100x4-70b".into(),
+            base_overhead: 0.022,
+            c_prefill: 150e-6,
+            c_decode_seq: 150e-6,
+            c_ctx: 0.08e-6,
+            c_prefill_attention: 2.3e-9,
+            default_num_gpu_blocks: 30_000,
+            default_max_num_batched_tokens: 8192,
+            default_max_num_seqs: 256,
+        }
+    }
+
     /// A profile by its name (case-insensitive; `_` and `-` are interchangeable).
     pub fn by_name(name: &str) -> Option<Self> {
         match name.trim().to_ascii_lowercase().replace('_', "-").as_str() {
             "h100-8b" => Some(Self::h100_8b()),
             "l4-8b" => Some(Self::l4_8b()),
+            "a100-8b" => Some(Self::a100_8b()),
+            "h200-8b" => Some(Self::h200_8b()),
+            "h100x4-70b" => Some(Self::h100x4_70b()),
             _ => None,
         }
     }
@@ -143,6 +198,29 @@ mod tests {
             let ratio = l.step_time(&shape) / h.step_time(&shape);
             assert!((3.0..=4.0).contains(&ratio), "ratio {ratio}");
         }
+    }
+
+    #[test]
+    fn new_profiles_sit_where_their_hardware_does() {
+        let h100 = AcceleratorProfile::h100_8b();
+        let prefill_1k = StepShape {
+            prefill_tokens: 1000,
+            decode_seqs: 0,
+            context_tokens: 1000,
+            prefill_attention_pairs: attention_pairs(0, 1000),
+        };
+        let ratio = |p: &AcceleratorProfile, shape: &StepShape| p.step_time(shape) / h100.step_time(shape);
+        let (a100, h200) = (AcceleratorProfile::a100_8b(), AcceleratorProfile::h200_8b());
+        for shape in [decode_batch(1, 1000), decode_batch(64, 1000)] {
+            assert!((1.4..=1.9).contains(&ratio(&a100, &shape)), "A100 decode {}", ratio(&a100, &shape));
+            assert!((0.6..=0.85).contains(&ratio(&h200, &shape)), "H200 decode {}", ratio(&h200, &shape));
+        }
+        assert!((1.8..=2.8).contains(&ratio(&a100, &prefill_1k)), "A100 prefill {}", ratio(&a100, &prefill_1k));
+        assert!((0.8..=1.0).contains(&ratio(&h200, &prefill_1k)), "H200 prefill {}", ratio(&h200, &prefill_1k));
+        // The 70B on four GPUs: one decode step ~2x the 8B's on one, a 1k-token prompt ~2.5x.
+        let tp4 = AcceleratorProfile::h100x4_70b();
+        assert!((1.8..=2.6).contains(&ratio(&tp4, &decode_batch(1, 1000))), "70B decode");
+        assert!((2.0..=3.0).contains(&ratio(&tp4, &prefill_1k)), "70B prefill {}", ratio(&tp4, &prefill_1k));
     }
 
     #[test]

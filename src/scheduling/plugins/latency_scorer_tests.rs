@@ -88,6 +88,69 @@ fn deficit_buckets_prefer_a_tpot_miss_over_a_ttft_miss() {
     assert!(s[1] > 0.0 && s[0] == 0.0 && s[2] == 0.0, "{s:?}");
 }
 
+fn scores_with_slo(scorer: &LatencyScorer, candidates: &[Candidate], slo: Slo) -> Vec<f64> {
+    let fixture = RequestFixture::empty();
+    let request = SchedulingRequest { slo, ..fixture.request() };
+    let subset: Vec<usize> = (0..candidates.len()).collect();
+    let mut out = vec![f64::NAN; candidates.len()];
+    scorer.score(&request, candidates, &subset, &mut out);
+    out
+}
+
+fn graded(penalty: f64) -> LatencyScorer {
+    LatencyScorer { slo_miss_penalty: Some(penalty), ..LatencyScorer::default() }
+}
+
+#[test]
+fn graded_mode_with_no_penalty_scores_a_request_with_objectives_as_one_without() {
+    let slo = Slo { ttft_ms: 1000.0, tpot_ms: 100.0 };
+    let with = [predicted(1, 900.0, 50.0, slo, 1), predicted(2, 200.0, 60.0, slo, 1), predicted(3, 1500.0, 80.0, slo, 1)];
+    let none = Slo::default();
+    let without = [predicted(1, 900.0, 50.0, none, 1), predicted(2, 200.0, 60.0, none, 1), predicted(3, 1500.0, 80.0, none, 1)];
+    let legacy = scores(&LatencyScorer::default(), &without);
+    assert_eq!(scores_with_slo(&graded(0.0), &with, slo), legacy, "the objectives change nothing at 0");
+    assert_eq!(scores_with_slo(&graded(0.5), &without, none), legacy, "no objectives: llm-d's ordering");
+    // llm-d's tiers with the same objectives: the miss scores 0 and `least` prefers the tightest fit.
+    let tiers = scores_with_slo(&LatencyScorer::default(), &with, slo);
+    assert!(tiers[2] == 0.0 && tiers[0] > tiers[1], "{tiers:?}");
+}
+
+#[test]
+fn graded_mode_discounts_endpoints_predicted_to_miss_an_objective() {
+    let slo = Slo { ttft_ms: 1000.0, tpot_ms: 100.0 };
+    let c = [
+        predicted(1, 200.0, 150.0, slo, 1), // fastest first token, misses TPOT
+        predicted(2, 400.0, 60.0, slo, 1),  // meets both
+        predicted(3, 1500.0, 50.0, slo, 1), // misses TTFT
+    ];
+    let plain = scores_with_slo(&graded(0.0), &c, slo);
+    let penalised = scores_with_slo(&graded(0.5), &c, slo);
+    assert_eq!(penalised[1], plain[1], "the endpoint meeting both keeps its score");
+    assert!((penalised[0] - plain[0] * 0.5).abs() < 1e-12 && (penalised[2] - plain[2] * 0.5).abs() < 1e-12);
+    // Only objectives the request carries count: with a TTFT objective alone, endpoint 1 is not penalised.
+    let ttft_only = Slo { ttft_ms: 1000.0, tpot_ms: 0.0 };
+    let s = scores_with_slo(&graded(0.5), &c, ttft_only);
+    assert_eq!(s[0], plain[0]);
+}
+
+#[test]
+fn graded_mode_keeps_the_idle_preference() {
+    let slo = Slo { ttft_ms: 1000.0, tpot_ms: 100.0 };
+    let c = [predicted(1, 100.0, 20.0, slo, 3), predicted(2, 500.0, 40.0, slo, 0)];
+    let s = scores_with_slo(&graded(0.3), &c, slo);
+    assert!(s[0] == 0.0 && s[1] > 0.0, "{s:?}");
+}
+
+#[test]
+fn slo_miss_penalty_is_validated() {
+    let ctx = testing::ctx();
+    for bad in [serde_json::json!({"sloMissPenalty": 1.5}), serde_json::json!({"sloMissPenalty": -0.1})] {
+        let e = factory("ls", Some(&bad), &ctx).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("sloMissPenalty"), "{e}");
+    }
+    assert!(factory("ls", Some(&serde_json::json!({"sloMissPenalty": 0.25})), &ctx).is_ok());
+}
+
 #[test]
 fn composite_fallback_without_predictions() {
     let mut c = testing::candidates_with(&[(0.2, 0u64), (0.8, 4)], |m, (kv, q)| {
