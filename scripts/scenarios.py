@@ -58,6 +58,8 @@ def lab_binary():
 
 
 def seed_range(text):
+    if text == "none":
+        return range(0)
     m = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
     if not m:
         raise argparse.ArgumentTypeError(f"seeds must be N or N-M, got {text!r}")
@@ -155,18 +157,22 @@ def summarise(runs):
 
 def run(args):
     lab = lab_binary()
-    files = scenario_files(args.scenarios)
-    tasks = [(lab_run, lab, p, s, CONFIGS) for p in files for s in args.seeds]
+    files = [p for p in scenario_files(args.scenarios) if args.split in (None, split_of(p))]
+    columns = list(CONFIGS)
+    for flag, paths in (("--config", args.extra), ("--slo-config", args.extra_slo)):
+        for path in paths:
+            columns.append((lab_name(flag, path), flag, path))
+    tasks = [(lab_run, lab, p, s, columns) for p in files for s in args.seeds]
     tasks += [(lab_run, lab, p, s, [ORACLE]) for p in files for s in args.oracle_seeds]
     reports = parallel(args.jobs, tasks)
     results = {}
-    for (_, _, path, _, columns), report in zip(tasks, reports):
-        for name, _, _ in columns:
+    for (_, _, path, _, task_columns), report in zip(tasks, reports):
+        for name, _, _ in task_columns:
             results.setdefault(path.stem, {"split": split_of(path)}).setdefault(name, []).append(report[name])
     table = {s: {k: (summarise(v) if k != "split" else v) for k, v in cols.items()} for s, cols in results.items()}
     out = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "scenarios.json"
     out.write_text(json.dumps(table, indent=1))
-    text = render(table, args)
+    text = render(table, args, [c[0] for c in columns] + [ORACLE[0]])
     print(text)
     if args.write:
         write_benchmarks(text)
@@ -174,15 +180,18 @@ def run(args):
         print(f"scenarios.py: wrote BENCHMARKS.md and {CHART.relative_to(ROOT)}", file=sys.stderr)
 
 
+def seeds_text(seeds):
+    return "none" if len(seeds) == 0 else f"{seeds.start}-{seeds.stop - 1}"
+
+
 def pct(v):
     return "–" if v is None else f"{100 * v:.1f}"
 
 
-def render(table, args):
-    names = [c[0] for c in CONFIGS] + [ORACLE[0]]
+def render(table, args, names):
     lines = [
         f"Command: `scripts/scenarios.py run --seeds {args.seeds.start}-{args.seeds.stop - 1} --oracle-seeds "
-        f"{args.oracle_seeds.start}-{args.oracle_seeds.stop - 1}` (means over seeds; the oracle over its own "
+        f"{seeds_text(args.oracle_seeds)}` (means over seeds; the oracle over its own "
         "seeds). Configs: `recommended` = config/predicted-latency-epp.yaml, `design` = "
         "config/predicted-latency-design.yaml, `llm-d-slo` = config/predicted-latency-slo.yaml; `+slo` = every "
         "request carries the scenario's SLO as x-llm-d-slo-* headers.",
@@ -272,6 +281,10 @@ def main():
     r.add_argument("--seeds", type=seed_range, default=range(1, 11))
     r.add_argument("--oracle-seeds", type=seed_range, default=range(1, 4))
     r.add_argument("--write", action="store_true", help="write the table into BENCHMARKS.md and the chart")
+    r.add_argument("--split", choices=["tuning", "held-out"], help="only this half of the suite")
+    r.add_argument("--extra", action="append", default=[], metavar="CONFIG", help="another config column")
+    r.add_argument("--extra-slo", action="append", default=[], metavar="CONFIG",
+                   help="another config column, run with SLO headers")
     for p in (c, r):
         p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()

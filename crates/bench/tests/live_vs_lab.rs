@@ -139,8 +139,10 @@ fn lab_files_and_the_random_config_run() {
     assert_eq!(profiles, ["h100-8b", "h100-8b", "l4-8b", "l4-8b"]);
     let mut workload = LabWorkload::load(repo("crates/lab/inputs/workload-live.yaml")).unwrap();
     workload.duration = Seconds(5.0);
-    let random =
-        RouterChoice::new("random", RouterSpec::Config { yaml: read("crates/lab/inputs/configs/random.yaml") });
+    let random = RouterChoice::new(
+        "random",
+        RouterSpec::Config { yaml: read("crates/lab/inputs/configs/random.yaml") },
+    );
     let choices =
         [random, RouterChoice::baseline("round-robin").unwrap(), RouterChoice::baseline("default").unwrap()];
     let report = compare(&fleet, &workload, &choices, 2).unwrap();

@@ -6,8 +6,8 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Parser;
 
-use super::values::Seconds;
 use super::scenario::Scenario;
+use super::values::Seconds;
 use super::{compare, format_table, Fleet, RouterChoice, RouterSpec, Workload};
 
 /// Compare routing configs on one simulated fleet and workload, in virtual time.

@@ -53,7 +53,8 @@ fn diurnal_arrivals_ramp_up_and_down_and_scale() {
         plan.requests.iter().filter(|r| (from..to).contains(&r.arrival)).count()
     };
     let plan = Plan::new(&w);
-    let (trough, peak, tail) = (in_window(&plan, 0.0, 10.0), in_window(&plan, 45.0, 55.0), in_window(&plan, 90.0, 100.0));
+    let (trough, peak, tail) =
+        (in_window(&plan, 0.0, 10.0), in_window(&plan, 45.0, 55.0), in_window(&plan, 90.0, 100.0));
     assert!(peak > 4 * trough && peak > 4 * tail, "trough {trough}, peak {peak}, tail {tail}");
     let doubled = Plan::new(&Workload { arrival: w.arrival.scaled(2.0), ..w.clone() });
     let ratio = doubled.requests.len() as f64 / plan.requests.len() as f64;

@@ -21,8 +21,8 @@
 pub mod cli;
 pub mod fleet;
 pub mod generate;
-pub mod report;
 pub mod oracle;
+pub mod report;
 pub mod router;
 pub mod scenario;
 pub mod simulation;

@@ -84,7 +84,12 @@ pub fn look_ahead(engine: &Engine, busy_for: f64, request: SimRequest) -> Lookah
                 }
                 RequestEvent::Finished { id: i, reason, .. } if i == id => {
                     if reason == FinishReason::Abort {
-                        return Lookahead { ttft: f64::INFINITY, tpot: f64::INFINITY, refused: true, harm: 0.0 };
+                        return Lookahead {
+                            ttft: f64::INFINITY,
+                            tpot: f64::INFINITY,
+                            refused: true,
+                            harm: 0.0,
+                        };
                     }
                     done = true;
                 }
@@ -117,7 +122,7 @@ pub fn look_ahead(engine: &Engine, busy_for: f64, request: SimRequest) -> Lookah
 pub fn choose(lookaheads: &[Lookahead], slo: Option<Slo>, output_tokens: u32) -> usize {
     let key = |l: &Lookahead| {
         let miss = l.miss(slo);
-        (l.refused, l.finish(output_tokens) + l.harm, miss)
+        (u8::from(l.refused), l.finish(output_tokens) + l.harm, miss)
     };
     let mut best = 0;
     for (i, l) in lookaheads.iter().enumerate().skip(1) {
@@ -186,7 +191,11 @@ mod tests {
         let loaded = [look_ahead(&h100, busy, short.clone()), look_ahead(&l4, 0.0, short)];
         assert!(loaded[0].ttft * 1000.0 > 500.0, "{loaded:?}");
         assert!(loaded[0].harm > 0.0 && loaded[1].harm == 0.0, "{loaded:?}");
-        assert_eq!(choose(&loaded, slo, 20), 1, "the H100's queue delays it and it delays the queue: {loaded:?}");
+        assert_eq!(
+            choose(&loaded, slo, 20),
+            1,
+            "the H100's queue delays it and it delays the queue: {loaded:?}"
+        );
     }
 
     #[test]
@@ -194,7 +203,10 @@ mod tests {
         let mut small = EngineConfig::for_profile(AcceleratorProfile::l4_8b());
         small.num_gpu_blocks = 10;
         let too_long = request(1, 1000, 10);
-        let l = [look_ahead(&Engine::new(small), 0.0, too_long.clone()), look_ahead(&engine(AcceleratorProfile::l4_8b()), 0.0, too_long)];
+        let l = [
+            look_ahead(&Engine::new(small), 0.0, too_long.clone()),
+            look_ahead(&engine(AcceleratorProfile::l4_8b()), 0.0, too_long),
+        ];
         assert!(l[0].refused && !l[1].refused, "{l:?}");
         assert_eq!(choose(&l, None, 10), 1);
     }

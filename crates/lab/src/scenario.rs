@@ -63,13 +63,22 @@ impl Scenario {
     pub fn from_yaml(text: &str) -> Result<Self, LabError> {
         let file: ScenarioFile = super::parse_yaml(text)?;
         if !(file.rate_scale.is_finite() && file.rate_scale > 0.0) {
-            return Err(LabError::invalid("rate_scale", format!("must be a number > 0, got {}", file.rate_scale)));
+            return Err(LabError::invalid(
+                "rate_scale",
+                format!("must be a number > 0, got {}", file.rate_scale),
+            ));
         }
         let fleet = Fleet::from_file(file.fleet).map_err(|e| prefixed("fleet", e))?;
         let mut workload = file.workload;
         workload.arrival = workload.arrival.scaled(file.rate_scale);
         workload.validate().map_err(|e| prefixed("workload", e))?;
-        Ok(Self { description: file.description, split: file.split, rate_scale: file.rate_scale, fleet, workload })
+        Ok(Self {
+            description: file.description,
+            split: file.split,
+            rate_scale: file.rate_scale,
+            fleet,
+            workload,
+        })
     }
 
     /// Reads a scenario file; errors name the file.
@@ -83,7 +92,11 @@ impl Scenario {
 fn prefixed(section: &str, error: LabError) -> LabError {
     match error {
         LabError::Invalid { field, message } => {
-            let field = if field.is_empty() || field == "." { section.to_string() } else { format!("{section}.{field}") };
+            let field = if field.is_empty() || field == "." {
+                section.to_string()
+            } else {
+                format!("{section}.{field}")
+            };
             LabError::Invalid { field, message }
         }
         other => other,

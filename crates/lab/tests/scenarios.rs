@@ -30,12 +30,16 @@ fn the_suite_has_two_halves_of_varied_scenarios() {
         assert!(half.len() >= 6, "{split:?}: {}", half.len());
         let heterogeneous = half
             .iter()
-            .filter(|(_, s)| s.fleet.replicas.iter().map(|r| &r.engine.profile.name).collect::<BTreeSet<_>>().len() > 1)
+            .filter(|(_, s)| {
+                s.fleet.replicas.iter().map(|r| &r.engine.profile.name).collect::<BTreeSet<_>>().len() > 1
+            })
             .count();
         assert!(heterogeneous >= 3, "{split:?}: {heterogeneous} heterogeneous fleets");
     }
-    let profiles: BTreeSet<String> =
-        all.iter().flat_map(|(_, s)| s.fleet.replicas.iter().map(|r| r.engine.profile.name.clone())).collect();
+    let profiles: BTreeSet<String> = all
+        .iter()
+        .flat_map(|(_, s)| s.fleet.replicas.iter().map(|r| r.engine.profile.name.clone()))
+        .collect();
     for wanted in ["h100-8b", "l4-8b", "a100-8b", "h200-8b", "h100x4-70b"] {
         assert!(profiles.contains(wanted), "no scenario uses {wanted}: {profiles:?}");
     }
@@ -56,7 +60,13 @@ fn every_scenario_runs_under_the_default_profile_and_the_oracle() {
         let report = compare(&s.fleet, &s.workload, &choices, 2).unwrap();
         for run in &report.runs {
             assert_eq!(run.unfinished, 0, "{} {}", path.display(), run.name);
-            assert_eq!(run.completed + run.aborted + run.rejected, run.requests, "{} {}", path.display(), run.name);
+            assert_eq!(
+                run.completed + run.aborted + run.rejected,
+                run.requests,
+                "{} {}",
+                path.display(),
+                run.name
+            );
         }
     }
 }

@@ -19,6 +19,7 @@ const MUST_LOAD: &[&str] = &[
     "predicted-latency.yaml",
     "predicted-latency-slo.yaml",
     "predicted-latency-epp.yaml",
+    "predicted-latency-design.yaml",
 ];
 
 /// Examples using plugins epp may not implement: they load, or fail only with "unknown type".

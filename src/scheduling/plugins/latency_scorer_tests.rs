@@ -104,9 +104,20 @@ fn graded(penalty: f64) -> LatencyScorer {
 #[test]
 fn graded_mode_with_no_penalty_scores_a_request_with_objectives_as_one_without() {
     let slo = Slo { ttft_ms: 1000.0, tpot_ms: 100.0 };
-    let with = [predicted(1, 900.0, 50.0, slo, 1), predicted(2, 200.0, 60.0, slo, 1), predicted(3, 1500.0, 80.0, slo, 1)];
+    let with = [
+        predicted(1, 900.0, 50.0, slo, 1),
+        predicted(2, 200.0, 60.0, slo, 1),
+        predicted(3, 1500.0, 80.0, slo, 1),
+    ];
     let none = Slo::default();
-    let without = [predicted(1, 900.0, 50.0, none, 1), predicted(2, 200.0, 60.0, none, 1), predicted(3, 1500.0, 80.0, none, 1)];
+    // As the producer writes them without objectives in streaming mode: headroom = −prediction.
+    let without = [(1, 900.0, 50.0), (2, 200.0, 60.0), (3, 1500.0, 80.0)].map(|(n, ttft, tpot)| {
+        let mut c = predicted(n, ttft, tpot, none, 1);
+        if let Some(l) = c.attrs.latency.as_mut() {
+            (l.tpot_headroom_ms, l.tpot_valid) = (-tpot, false);
+        }
+        c
+    });
     let legacy = scores(&LatencyScorer::default(), &without);
     assert_eq!(scores_with_slo(&graded(0.0), &with, slo), legacy, "the objectives change nothing at 0");
     assert_eq!(scores_with_slo(&graded(0.5), &without, none), legacy, "no objectives: llm-d's ordering");
