@@ -65,8 +65,7 @@ pub fn look_ahead(engine: &Engine, busy_for: f64, request: SimRequest) -> Lookah
     let mut t = busy_for.max(0.0);
     let (mut first, mut last, mut after_first) = (None, t, 0u32);
     let mut steps = 0usize;
-    let before = engine.stats();
-    let others = before.running + before.waiting;
+    let others = engine.requests_held();
     for _ in 0..MAX_STEPS {
         if !copy.has_work() {
             break;

@@ -172,6 +172,12 @@ impl Engine {
         self.last_shape
     }
 
+    /// Requests the engine holds, waiting or running: [`Engine::stats`]'s two counts without building
+    /// its LoRA lists (the lab's oracle asks for every replica on every request).
+    pub fn requests_held(&self) -> usize {
+        self.waiting.len() + self.running.len()
+    }
+
     pub fn stats(&self) -> EngineStats {
         let loras = |seqs: &mut dyn Iterator<Item = &Seq>| -> Vec<String> {
             seqs.filter_map(|s| s.lora.clone()).collect::<BTreeSet<_>>().into_iter().collect()

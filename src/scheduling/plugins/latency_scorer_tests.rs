@@ -33,11 +33,7 @@ fn predicted(n: u8, ttft: f64, tpot: f64, slo: Slo, dispatched: i64) -> Candidat
 }
 
 fn scores(scorer: &LatencyScorer, candidates: &[Candidate]) -> Vec<f64> {
-    let fixture = RequestFixture::empty();
-    let subset: Vec<usize> = (0..candidates.len()).collect();
-    let mut out = vec![f64::NAN; candidates.len()];
-    scorer.score(&fixture.request(), candidates, &subset, &mut out);
-    out
+    scores_with_slo(scorer, candidates, Slo::default())
 }
 
 #[test]
