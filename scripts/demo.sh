@@ -129,10 +129,14 @@ live_run() { # name description epp-args...
       generation=$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" |
         awk '/^epp_predictor_model_generation / { print $2 }') || break
       if [ -n "$generation" ] && [ "$generation" != "$last" ]; then
-        samples=$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | awk '/^epp_predictor_samples\{model="ttft"\}/ { print $2 }')
-        mape=$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | awk '/^epp_predictor_test_mape\{model="ttft"\}/ { print $2 }')
-        awk -v now="$(date +%s.%N)" -v t0="$started" -v g="$generation" -v n="${samples:-?}" -v m="${mape:-?}" \
-          'BEGIN { printf "   t=%5.1fs  model generation %s (%s TTFT samples, held-out MAPE %s)\n", now - t0, g, n, m }'
+        metrics=$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics") || break
+        # epp_predictor_test_mape is a fraction; printed as a percentage (one decimal).
+        awk -v now="$(date +%s.%N)" -v t0="$started" -v g="$generation" '
+          /^epp_predictor_samples\{model="ttft"\}/ { n = $2 }
+          /^epp_predictor_test_mape\{model="ttft"\}/ { ttft = sprintf("%.1f%%", 100 * $2) }
+          /^epp_predictor_test_mape\{model="tpot"\}/ { tpot = sprintf("%.1f%%", 100 * $2) }
+          END { printf "   t=%5.1fs  model generation %s (%s TTFT samples, held-out MAPE TTFT %s, TPOT %s)\n",
+                       now - t0, g, n == "" ? "?" : n, ttft == "" ? "?" : ttft, tpot == "" ? "-" : tpot }' <<<"$metrics"
         last=$generation
       fi
     done

@@ -9,7 +9,7 @@ newest version the pinned kubernetes-validate ships, custom resources against st
 flags, probes, ports, the config, security, resources, the image, RBAC rules exactly the API calls of the
 mode (the list in deploy/helm/epp/api-calls.yaml, which tests/discovery_rbac.rs checks epp's real calls
 against), the InferencePool, the in-process latency predictor (upstream's
-inferenceExtension.latencyPredictor.enabled gives the predicted-latency-slo config, a model volume and the
+inferenceExtension.latencyPredictor.enabled gives the predicted-latency-epp config, a model volume and the
 mapped training env; off, the default config is unchanged). Upstream-layout values are rendered too, some
 from `helm upgrade --install --set ...` expressions parsed by Helm's own --set parser. Refused value sets
 must fail with their message. Given a debug build of epp, epp is started with each rendered argument

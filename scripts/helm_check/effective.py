@@ -32,7 +32,7 @@ class Effective:
         self.flags = {**merged["flags"], **(ie.get("flags") or {})}
 
         # The config: a custom one, else the example; upstream's latencyPredictor.enabled turns the
-        # default example into predicted-latency-slo.
+        # default example into predicted-latency-epp (epp's recommended profile).
         lp = ie.get("latencyPredictor") or {}
         self.predictor_enabled = bool(lp.get("enabled"))
         custom = ie.get("pluginsCustomConfig") or {}
@@ -40,7 +40,7 @@ class Effective:
         self.custom_config = custom.get(config_file) or merged["config"]["text"]
         example = merged["config"]["example"]
         if self.predictor_enabled and example == "default":
-            example = "predicted-latency-slo"
+            example = "predicted-latency-epp"
         self.example = None if self.custom_config else example
         self.config = self.custom_config or (CHART / "configs" / f"{example}.yaml").read_text()
 

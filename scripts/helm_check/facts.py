@@ -118,14 +118,14 @@ def check_config_and_volumes(container, pod, deploy, cm, merged, eff):
 
 
 def check_predictor(container, pod, args, text, eff):
-    """The latency predictor: upstream's switch gives the SLO pipeline, off leaves the default config, and
+    """The latency predictor: upstream's switch gives epp's recommended profile, off leaves the default config, and
     a config with the producer gets the model volume and the mapped training env."""
     has_producer = runs_predictor(text)
     expect(has_producer == eff.predictor, "predicted-latency-producer in the config")
     if eff.predictor_enabled:
         expect(has_producer, "latencyPredictor.enabled but the config has no predicted-latency-producer")
         if not eff.custom_config:
-            expect(eff.example == "predicted-latency-slo", f"latencyPredictor.enabled chose {eff.example}")
+            expect(eff.example == "predicted-latency-epp", f"latencyPredictor.enabled chose {eff.example}")
     elif not eff.custom_config and eff.example == "default":
         default = (CHART / "configs" / "default.yaml").read_text()
         expect(not has_producer and text.strip() == default.strip(), "the default config changed")
@@ -205,5 +205,6 @@ def check_notes(notes, eff):
            "NOTES: the missing-pool note")
     expect(("predicted in process by epp" in notes and "no training or prediction sidecars" in notes)
            == eff.predictor, "NOTES: the in-process latency predictor line")
-    expect(("x-llm-d-slo-ttft-ms" in notes) == (eff.example == "predicted-latency-slo"), "NOTES: the SLO headers")
+    expect(("x-llm-d-slo-ttft-ms" in notes) == (eff.example in ("predicted-latency-slo", "predicted-latency-epp")),
+           "NOTES: the SLO headers")
     expect("is ignored" not in notes, "NOTES still says something is ignored")

@@ -17,11 +17,13 @@ model volume of the one epp container; its sidecar settings are ignored (deploy/
 
 {{/*
 The example config.example names; with the predictor enabled, the default example becomes
-predicted-latency-slo, as upstream's chart renders its latency-predictor pipeline in place of the default
-one (kubernetes-sigs/gateway-api-inference-extension:config/charts/epplib/templates/_config.yaml).
+predicted-latency-epp, as upstream's chart renders its latency-predictor pipeline in place of the default
+one (kubernetes-sigs/gateway-api-inference-extension:config/charts/epplib/templates/_config.yaml). epp's
+recommended profile rather than upstream's SLO pipeline (predicted-latency-slo, still a config.example):
+the latter loses to the default profile on every scenario of the lab's suite (BENCHMARKS.md §7).
 */}}
 {{- define "epp.configExample" -}}
-{{- if and (include "epp.predictorEnabled" .) (eq .Values.config.example "default") }}predicted-latency-slo
+{{- if and (include "epp.predictorEnabled" .) (eq .Values.config.example "default") }}predicted-latency-epp
 {{- else }}{{ .Values.config.example }}{{ end }}
 {{- end }}
 
@@ -93,7 +95,7 @@ emptyDir:
 {{- if or .Values.config.text (include "epp.ie" . | fromYaml).pluginsCustomConfig }}
 {{- $source = "config.text / inferenceExtension.pluginsCustomConfig" }}
 {{- end }}
-{{- fail (printf "inferenceExtension.latencyPredictor.enabled: the config (%s) has no predicted-latency-producer plugin, so nothing would predict; leave config.example at default (predicted-latency-slo is used), choose predicted-latency or predicted-latency-slo, or add the plugin to your config" $source) }}
+{{- fail (printf "inferenceExtension.latencyPredictor.enabled: the config (%s) has no predicted-latency-producer plugin, so nothing would predict; leave config.example at default (predicted-latency-epp is used), choose predicted-latency-epp, predicted-latency or predicted-latency-slo, or add the plugin to your config" $source) }}
 {{- end }}
 {{- range $server := list "trainingServer" "predictionServers" }}
 {{- $type := ((get $lp $server | default dict).config | default dict).LATENCY_MODEL_TYPE }}
