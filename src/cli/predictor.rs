@@ -19,6 +19,9 @@ pub enum ObjectiveFlag {
     Mean,
     /// The `--latency-quantile-alpha` quantile (pinball loss), llm-d's code default.
     Quantile,
+    /// The geometric mean: squared error on ln(latency), saved as XGBoost's `reg:gamma` (an epp
+    /// extension: relative error is what matters, and latencies span orders of magnitude).
+    LogMean,
 }
 
 /// Parses a duration given as seconds (`10`, as llm-d's `*_SEC` variables are) or with a unit (`10s`).
@@ -83,6 +86,7 @@ impl PredictorFlags {
         let objective = match self.latency_objective_type {
             ObjectiveFlag::Mean => Objective::SquaredError,
             ObjectiveFlag::Quantile => Objective::Quantile { alpha },
+            ObjectiveFlag::LogMean => Objective::LogSquaredError,
         };
         Ok(OnlineConfig {
             retrain_interval: self.latency_retraining_interval,

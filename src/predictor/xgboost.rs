@@ -5,8 +5,9 @@
 //! Format (dmlc/xgboost:doc/model.schema): `learner.learner_model_param.base_score` (a string, `"5E-1"`,
 //! or since 3.x a list `"[5E-1]"`), `learner.objective`, and `learner.gradient_booster.model.trees[*]`
 //! with parallel arrays per node. A leaf's value is its `split_conditions` entry (already scaled by the
-//! learning rate). Only identity-link objectives are accepted, since the engine sums margins and applies
-//! no link function; categorical splits, multi-target models and dart are refused by name.
+//! learning rate). Identity-link objectives are accepted, and `reg:gamma`, whose log link predicts
+//! `exp(margin)` and whose `base_score` is on the prediction's scale (the margin starts at its
+//! logarithm); categorical splits, multi-target models and dart are refused by name.
 
 use serde::Deserialize;
 
@@ -22,6 +23,9 @@ pub enum XgbObjective {
     Quantile { alpha: f32 },
     /// `reg:absoluteerror`: predicts the median.
     AbsoluteError,
+    /// `reg:gamma`: the forest's sum is ln(prediction). The forest read holds the margin (its base is
+    /// ln `base_score`); the caller applies `exp`.
+    Gamma,
 }
 
 /// A loaded XGBoost model.
@@ -112,6 +116,7 @@ pub fn load_xgboost_json(bytes: &[u8]) -> Result<XgbModel, ModelError> {
     let objective = match learner.objective.name.as_str() {
         "reg:squarederror" => XgbObjective::SquaredError,
         "reg:absoluteerror" => XgbObjective::AbsoluteError,
+        "reg:gamma" => XgbObjective::Gamma,
         "reg:quantileerror" => {
             let alpha = learner.objective.quantile_loss_param.as_ref().map(|p| p.quantile_alpha.as_str());
             let alpha = alpha.ok_or(ModelError::Field {
@@ -123,7 +128,9 @@ pub fn load_xgboost_json(bytes: &[u8]) -> Result<XgbModel, ModelError> {
             }
         }
         other => {
-            return Err(ModelError::Unsupported(format!("objective {other} (identity-link objectives only)")))
+            return Err(ModelError::Unsupported(format!(
+                "objective {other} (identity-link objectives and reg:gamma only)"
+            )))
         }
     };
     let booster = learner.gradient_booster;
@@ -140,7 +147,17 @@ pub fn load_xgboost_json(bytes: &[u8]) -> Result<XgbModel, ModelError> {
         .enumerate()
         .map(|(t, tree)| convert_tree(t, tree))
         .collect::<Result<Vec<_>, _>>()?;
-    let forest = Forest::from_trees(num_feature, base_score, &trees)?;
+    let base_margin = match objective {
+        XgbObjective::Gamma if base_score > 0.0 => base_score.ln(),
+        XgbObjective::Gamma => {
+            return Err(ModelError::Field {
+                field: "learner_model_param.base_score",
+                message: format!("{base_score} is not positive (reg:gamma takes its logarithm)"),
+            })
+        }
+        _ => base_score,
+    };
+    let forest = Forest::from_trees(num_feature, base_margin, &trees)?;
     Ok(XgbModel { forest, objective })
 }
 
@@ -244,6 +261,7 @@ mod tests {
             (model("half", SQUARED, TREE), "base_score"),
             (model("[1,2]", SQUARED, TREE), "one output"),
             (model("0.5", r#"{"name":"binary:logistic"}"#, TREE), "binary:logistic"),
+            (model("0", r#"{"name":"reg:gamma"}"#, TREE), "not positive"),
             (model("0.5", r#"{"name":"reg:quantileerror"}"#, TREE), "quantile_loss_param"),
             (model("0.5", SQUARED, &TREE.replace("[1,-1,-1]", "[1,-1]")), "right_children has 3"),
             (model("0.5", SQUARED, &TREE.replace("[1,-1,-1]", "[9,-1,-1]")), "child 9"),

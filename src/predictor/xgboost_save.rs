@@ -42,11 +42,17 @@ pub fn save_xgboost_json(
         .map(|t| tree_json(t, &forest.tree_nodes(t), forest.n_features()))
         .collect::<Result<Vec<_>, _>>()?;
     let n_trees = trees.len();
+    // reg:gamma's base_score is on the prediction's scale: xgboost starts the margin at its logarithm.
+    let base_score = match objective {
+        XgbObjective::Gamma => forest.base_score().exp(),
+        _ => forest.base_score(),
+    };
     let objective = match objective {
         XgbObjective::SquaredError => {
             json!({"name": "reg:squarederror", "reg_loss_param": {"scale_pos_weight": "1"}})
         }
         XgbObjective::AbsoluteError => json!({"name": "reg:absoluteerror"}),
+        XgbObjective::Gamma => json!({"name": "reg:gamma", "reg_loss_param": {"scale_pos_weight": "1"}}),
         XgbObjective::Quantile { alpha } => json!({
             "name": "reg:quantileerror",
             "quantile_loss_param": {"quantile_alpha": format!("[{alpha:E}]")}
@@ -67,7 +73,7 @@ pub fn save_xgboost_json(
                 "name": "gbtree"
             },
             "learner_model_param": {
-                "base_score": format!("[{:E}]", forest.base_score()),
+                "base_score": format!("[{:E}]", base_score),
                 "boost_from_average": "1",
                 "num_class": "0",
                 "num_feature": forest.n_features().to_string(),
@@ -162,6 +168,21 @@ mod tests {
                 let (x, y) = (forest.predict_one(&row), loaded.forest.predict_one(&row));
                 assert_eq!(x.to_bits(), y.to_bits(), "row {row:?}");
             }
+        }
+    }
+
+    #[test]
+    fn a_log_link_model_saves_its_base_on_the_prediction_scale_and_loads_back() {
+        let trees = vec![vec![split(0, 1.0, false, 1, 2), Node::Leaf(0.5), Node::Leaf(-0.25)]];
+        let forest = Forest::from_trees(1, 3.5, &trees).unwrap();
+        let bytes = save_xgboost_json(&forest, XgbObjective::Gamma, &["a"]).unwrap();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(text.contains("reg:gamma"), "{text}");
+        let loaded = load_xgboost_json(&bytes).unwrap();
+        assert_eq!(loaded.objective, XgbObjective::Gamma);
+        for row in [[0.0], [2.0]] {
+            let (x, y) = (forest.predict_one(&row), loaded.forest.predict_one(&row));
+            assert!((x - y).abs() < 1e-5, "row {row:?}: {x} vs {y}");
         }
     }
 

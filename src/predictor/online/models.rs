@@ -64,12 +64,14 @@ pub struct Model {
 }
 
 impl Model {
-    /// Predicts `out.len()` rows (see [`Forest::predict_batch`]), clamped at 0 as llm-d's prediction
-    /// server does: a latency is never negative, whatever a tree's leaves add up to.
+    /// Predicts `out.len()` rows (see [`Forest::predict_batch`]) through the objective's link
+    /// ([`Objective::output`]), clamped at 0 as llm-d's prediction server does: a latency is never
+    /// negative, whatever a tree's leaves add up to.
     pub fn predict_batch(&self, rows: &[f32], out: &mut [f32]) {
         self.forest.predict_batch(rows, out);
+        let objective = self.objective;
         for x in out.iter_mut() {
-            *x = x.max(0.0);
+            *x = objective.output(*x).max(0.0);
         }
     }
 }

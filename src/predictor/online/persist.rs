@@ -55,6 +55,7 @@ pub fn load_model_file(path: &Path, target: Target) -> Result<Model, PersistErro
         XgbObjective::SquaredError => Objective::SquaredError,
         XgbObjective::Quantile { alpha } => Objective::Quantile { alpha },
         XgbObjective::AbsoluteError => Objective::Quantile { alpha: 0.5 },
+        XgbObjective::Gamma => Objective::LogSquaredError,
     };
     Ok(Model { forest: model.forest, objective, score: None })
 }
@@ -94,6 +95,9 @@ impl ModelStore {
             let objective = match model.objective {
                 Objective::SquaredError => XgbObjective::SquaredError,
                 Objective::Quantile { alpha } => XgbObjective::Quantile { alpha },
+                // Trained on ln(latency) by squared error, not gamma deviance; what the file must say
+                // is the log link, so xgboost predicts exp(margin) from it too.
+                Objective::LogSquaredError => XgbObjective::Gamma,
             };
             let bytes = save_xgboost_json(&model.forest, objective, columns(target))
                 .map_err(|source| PersistError::Model { path: path.clone(), source })?;

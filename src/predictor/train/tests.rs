@@ -36,6 +36,24 @@ fn a_quantile_model_covers_about_alpha_of_held_out_rows() {
 }
 
 #[test]
+fn a_log_target_model_predicts_the_logarithm_and_its_output_is_on_the_target_scale() {
+    let (rows, targets) = synthetic(4000, 3);
+    let positive: Vec<f32> = targets.iter().map(|y| y.abs() + 1.0).collect();
+    let forest = train(&small(Objective::LogSquaredError), &rows, 4, &positive).unwrap();
+    let mut margins = vec![0.0; positive.len()];
+    forest.predict_batch(&rows, &mut margins);
+    let ape: f32 = margins
+        .iter()
+        .zip(&positive)
+        .map(|(&m, &y)| (Objective::LogSquaredError.output(m) - y).abs() / y)
+        .sum::<f32>()
+        / positive.len() as f32;
+    let log_mean = positive.iter().map(|y| y.ln()).sum::<f32>() / positive.len() as f32;
+    assert!((forest.base_score() - log_mean).abs() < 1e-3, "base {} vs {log_mean}", forest.base_score());
+    assert!(ape < 0.5, "training MAPE {ape}");
+}
+
+#[test]
 fn a_squared_error_model_beats_the_mean() {
     let (rows, targets) = synthetic(4000, 3);
     let (test_rows, test_targets) = synthetic(2000, 4);
