@@ -126,10 +126,9 @@ live_run() { # name description epp-args...
   (
     started=$(date +%s.%N) last=0
     while sleep 0.5; do
-      generation=$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" |
-        awk '/^epp_predictor_model_generation / { print $2 }') || break
+      metrics=$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics") || break
+      generation=$(awk '/^epp_predictor_model_generation / { print $2 }' <<<"$metrics")
       if [ -n "$generation" ] && [ "$generation" != "$last" ]; then
-        metrics=$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics") || break
         # epp_predictor_test_mape is a fraction; printed as a percentage (one decimal).
         awk -v now="$(date +%s.%N)" -v t0="$started" -v g="$generation" '
           /^epp_predictor_samples\{model="ttft"\}/ { n = $2 }
