@@ -155,7 +155,16 @@ def summarise(runs):
     }
 
 
+def heterogeneous(path):
+    """More than one accelerator profile in the scenario's fleet."""
+    return len(set(re.findall(r"profile: ([\w.-]+)", path.read_text()))) > 1
+
+
 def run(args):
+    if args.from_json:
+        table = json.loads(Path(args.from_json).read_text())
+        finish(table, args, [n for n in next(iter(table.values())) if n not in ("split", "heterogeneous", "oracle")])
+        return
     lab = lab_binary()
     files = [p for p in scenario_files(args.scenarios) if args.split in (None, split_of(p))]
     columns = list(CONFIGS)
@@ -168,11 +177,20 @@ def run(args):
     results = {}
     for (_, _, path, _, task_columns), report in zip(tasks, reports):
         for name, _, _ in task_columns:
-            results.setdefault(path.stem, {"split": split_of(path)}).setdefault(name, []).append(report[name])
-    table = {s: {k: (summarise(v) if k != "split" else v) for k, v in cols.items()} for s, cols in results.items()}
+            meta = {"split": split_of(path), "heterogeneous": heterogeneous(path)}
+            results.setdefault(path.stem, meta).setdefault(name, []).append(report[name])
+    table = {s: {k: (v if k in META else summarise(v)) for k, v in cols.items()} for s, cols in results.items()}
     out = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "scenarios.json"
     out.write_text(json.dumps(table, indent=1))
-    text = render(table, args, [c[0] for c in columns] + [ORACLE[0]])
+    print(f"scenarios.py: wrote {out} (re-render with --from-json)", file=sys.stderr)
+    finish(table, args, [c[0] for c in columns])
+
+
+META = ("split", "heterogeneous")
+
+
+def finish(table, args, names):
+    text = render(table, args, names + [ORACLE[0]])
     print(text)
     if args.write:
         write_benchmarks(text)
@@ -216,6 +234,7 @@ def render(table, args, names):
             ratio = lambda k: "–" if not d.get(k) or r.get(k) is None else f"{r[k] / d[k]:.2f}x"
             lines.append(f"| {scenario} | " + " | ".join(cells) + f" | {ratio('ttft_p90')} | {ratio('e2e_p90')} |")
         lines.append("")
+        lines += targets(rows) + [""]
     lines += ["Predictor held-out MAPE of the recommended profile (TTFT / TPOT %):", ""]
     lines.append("| scenario | split | TTFT | TPOT |")
     lines.append("|---|---|---:|---:|")
@@ -224,6 +243,29 @@ def render(table, args, names):
         lines.append(f"| {scenario} | {cols['split']} | {pct(r['ttft_mape'])} | {pct(r['tpot_mape'])} |")
     lines += ["", "![SLO attainment per scenario](docs/scenarios.svg)"]
     return "\n".join(lines)
+
+
+def targets(rows):
+    """Issue 17's done-when, counted over one half of the suite."""
+    def att(cols, name):
+        return cols.get(name, {}).get("attainment")
+    n = len(rows)
+    at_least = sum(att(c, "recommended") >= att(c, "default") for _, c in rows)
+    hetero = [(s, c) for s, c in rows if c.get("heterogeneous")]
+    plus5 = sum(att(c, "recommended") >= att(c, "default") + 0.05 for _, c in hetero)
+    both = sum(c["recommended"]["ttft_p90"] <= 0.8 * c["default"]["ttft_p90"]
+               and c["recommended"]["e2e_p90"] <= c["default"]["e2e_p90"] for _, c in rows)
+    slo = [att(c, "recommended+slo") - att(c, "recommended") for _, c in rows if att(c, "recommended+slo") is not None]
+    oracle = [(c, att(c, "oracle")) for _, c in rows if att(c, "oracle") is not None]
+    near = sum(att(c, "recommended") >= o - 0.05 for c, o in oracle)
+    line = (f"Targets, recommended vs default: attainment ≥ the default's on {at_least} of {n}; ≥ the default's "
+            f"+ 5 points on {plus5} of {len(hetero)} heterogeneous; TTFT p90 ≤ 0.8× and E2E p90 ≤ 1.0× on "
+            f"{both} of {n}")
+    if slo:
+        line += f"; with SLO headers {100 * min(slo):+.1f} to {100 * max(slo):+.1f} points against without"
+    if oracle:
+        line += f"; within 5 points of the oracle on {near} of {len(oracle)}"
+    return [line + "."]
 
 
 def write_benchmarks(text):
@@ -281,6 +323,7 @@ def main():
     r.add_argument("--seeds", type=seed_range, default=range(1, 11))
     r.add_argument("--oracle-seeds", type=seed_range, default=range(1, 4))
     r.add_argument("--write", action="store_true", help="write the table into BENCHMARKS.md and the chart")
+    r.add_argument("--from-json", metavar="PATH", help="re-render a table scenarios.py wrote, running nothing")
     r.add_argument("--split", choices=["tuning", "held-out"], help="only this half of the suite")
     r.add_argument("--extra", action="append", default=[], metavar="CONFIG", help="another config column")
     r.add_argument("--extra-slo", action="append", default=[], metavar="CONFIG",

@@ -158,6 +158,8 @@ pub struct PredictionView {
     /// Both objectives predicted to be met.
     pub valid: bool,
     pub generation: u64,
+    /// The decode time routing here would take from the requests decoding there (`predictDecodeStall`).
+    pub decode_stall_ms: f64,
 }
 
 impl From<&LatencyPrediction> for PredictionView {
@@ -171,6 +173,7 @@ impl From<&LatencyPrediction> for PredictionView {
             tpot_valid: p.tpot_valid,
             valid: p.is_valid(),
             generation: p.generation,
+            decode_stall_ms: p.decode_stall_ms,
         }
     }
 }

@@ -90,6 +90,11 @@ pub struct LatencyPrediction {
     pub dispatched_requests: i64,
     /// The model generation that predicted.
     pub generation: u64,
+    /// What routing the request here would cost the requests already decoding on the endpoint, in
+    /// milliseconds of decode time summed over them: its predicted TTFT on an idle endpoint of the same
+    /// class (the time its prefill chunks add to the steps they share) × the requests epp has decoding
+    /// there. 0 unless the producer's `predictDecodeStall` is on. An epp extension (not in llm-d).
+    pub decode_stall_ms: f64,
 }
 
 impl LatencyPrediction {

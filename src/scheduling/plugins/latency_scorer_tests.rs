@@ -28,6 +28,7 @@ fn predicted(n: u8, ttft: f64, tpot: f64, slo: Slo, dispatched: i64) -> Candidat
         tpot_headroom_ms: if slo.tpot_ms == 0.0 { 0.0 } else { slo.tpot_ms - tpot },
         dispatched_requests: dispatched,
         generation: 1,
+        decode_stall_ms: 0.0,
     });
     c
 }
@@ -146,6 +147,35 @@ fn graded_mode_keeps_the_idle_preference() {
     let c = [predicted(1, 100.0, 20.0, slo, 3), predicted(2, 500.0, 40.0, slo, 0)];
     let s = scores_with_slo(&graded(0.3), &c, slo);
     assert!(s[0] == 0.0 && s[1] > 0.0, "{s:?}");
+}
+
+fn stalling(mut c: Candidate, decode_stall_ms: f64) -> Candidate {
+    if let Some(l) = c.attrs.latency.as_mut() {
+        l.decode_stall_ms = decode_stall_ms;
+    }
+    c
+}
+
+#[test]
+fn decode_stall_weight_sends_the_request_where_it_stalls_fewer_decodes() {
+    let none = Slo::default();
+    // The first endpoint is predicted a little faster, but the request would stall far more decode there.
+    let c = [
+        stalling(predicted(1, 400.0, 20.0, none, 8), 3000.0),
+        stalling(predicted(2, 450.0, 22.0, none, 2), 500.0),
+    ];
+    let plain = scores(&graded(0.3), &c);
+    assert!(plain[0] > plain[1], "weight 0: the stall is ignored, {plain:?}");
+    let weighted = LatencyScorer { decode_stall_weight: 2.0, ..graded(0.3) };
+    let s = scores(&weighted, &c);
+    assert!(s[1] > s[0], "{s:?}");
+    // An axis with one value everywhere says nothing: the ordering is TTFT and TPOT's alone.
+    let flat = [stalling(c[0].clone(), 700.0), stalling(c[1].clone(), 700.0)];
+    assert_eq!(scores(&weighted, &flat), plain);
+    // llm-d's tiers (no sloMissPenalty) never read it.
+    let tiers = LatencyScorer { decode_stall_weight: 1.0, ..LatencyScorer::default() };
+    assert_eq!(scores(&tiers, &c), scores(&LatencyScorer::default(), &c));
+    assert_rejects(factory, serde_json::json!({"decodeStallWeight": -0.5}), "decodeStallWeight");
 }
 
 #[test]

@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use crate::datastore::Endpoint;
 use crate::predictor::features::{accelerator_code, Observation, PodType, TPOT_COLUMNS, TTFT_COLUMNS};
-use crate::predictor::online::{Intake, Predictor};
+use crate::predictor::online::{Intake, Model, Predictor};
 use crate::scheduling::{
     BuiltPlugin, Candidate, DataKey, DataProducer, FactoryContext, LatencyKind, LatencyMetrics,
     LatencyPrediction, PluginError, SchedulingRequest,
@@ -47,6 +47,8 @@ struct Buffers {
     tpot: Vec<f32>,
     /// The candidates' tokens in flight, copied out under the tracker's lock.
     phases: Vec<PhaseLoad>,
+    /// The request's predicted TTFT on each candidate were it idle (`predictDecodeStall`).
+    idle_ttft: Vec<f32>,
 }
 
 /// The producer: predictions in `prepare`, the request's lifecycle in the hooks.
@@ -133,7 +135,8 @@ impl PredictedLatencyProducer {
         let n = candidates.len();
         BUFFERS.with(|buffers| {
             let mut guard = buffers.borrow_mut();
-            let Buffers { rows, ttft, tpot, .. } = &mut *guard;
+            let Buffers { rows, ttft, tpot, idle_ttft, phases } = &mut *guard;
+            idle_ttft.clear();
             rows.clear();
             rows.resize(n * TTFT_COLUMNS.len(), 0.0);
             for (chunk, c) in rows.chunks_exact_mut(TTFT_COLUMNS.len()).zip(candidates.iter()) {
@@ -164,11 +167,14 @@ impl PredictedLatencyProducer {
                 model.predict_batch(rows, tpot);
                 record(LatencyKind::Tpot, started);
             }
+            if self.settings.predict_decode_stall {
+                Self::predict_idle_ttft(&models.ttft, candidates, rows, idle_ttft);
+            }
             let running_tpot = self.settings.streaming.then(|| self.tracker.running());
             for (i, c) in candidates.iter_mut().enumerate() {
                 let observation = c.attrs.observation.unwrap_or_default();
                 let pod_min = running_tpot.as_ref().and_then(|running| running.min(&c.endpoint));
-                c.attrs.latency = Some(self.headroom(
+                let mut prediction = self.headroom(
                     req,
                     &observation,
                     f64::from(ttft[i]),
@@ -176,9 +182,37 @@ impl PredictedLatencyProducer {
                     pod_min,
                     c.attrs.inflight.requests,
                     models.generation,
-                ));
+                );
+                if let (Some(&idle), Some(phase)) = (idle_ttft.get(i), phases.get(i)) {
+                    prediction.decode_stall_ms = f64::from(idle).max(0.0) * phase.decode_requests as f64;
+                }
+                c.attrs.latency = Some(prediction);
             }
         });
+    }
+
+    /// The request's TTFT on each candidate as if nothing else ran there: the same prompt, prefix match and
+    /// accelerator class with every load feature zeroed. Its prefill's own compute time, which is what its
+    /// chunks add to the steps of the requests decoding there.
+    fn predict_idle_ttft(model: &Model, candidates: &[Candidate], rows: &mut Vec<f32>, out: &mut Vec<f32>) {
+        rows.clear();
+        rows.resize(candidates.len() * TTFT_COLUMNS.len(), 0.0);
+        for (chunk, c) in rows.chunks_exact_mut(TTFT_COLUMNS.len()).zip(candidates) {
+            let idle = Observation {
+                kv_cache_percentage: 0.0,
+                waiting: 0,
+                running: 0,
+                prefill_tokens_in_flight: 0,
+                decode_tokens_in_flight: 0,
+                ..c.attrs.observation.unwrap_or_default()
+            };
+            if let Ok(row) = <&mut [f32; TTFT_COLUMNS.len()]>::try_from(chunk) {
+                idle.ttft_row(row);
+            }
+        }
+        out.clear();
+        out.resize(candidates.len(), 0.0);
+        model.predict_batch(rows, out);
     }
 
     /// llm-d's `validatePrediction` (§4.3): headroom against the objectives, the TPOT one buffered and
@@ -204,6 +238,7 @@ impl PredictedLatencyProducer {
             tpot_headroom_ms: 0.0,
             dispatched_requests,
             generation,
+            decode_stall_ms: 0.0,
         };
         // No TPOT model yet (streaming, but too few streamed samples): TPOT is not enforced, as with
         // streaming off.

@@ -29,6 +29,7 @@ struct Params {
     streaming_mode: Option<bool>,
     endpoint_role_label: Option<String>,
     predict_in_produce: Option<bool>,
+    predict_decode_stall: Option<bool>,
     /// epp wires producers by the data they produce, so these name which producer llm-d would read; an
     /// empty or any name is accepted (the configured or auto-created producer of that data is used).
     #[allow(dead_code)]
@@ -59,6 +60,11 @@ pub struct ProducerSettings {
     pub endpoint_role_label: Option<String>,
     /// `false`: training only, no predictions written.
     pub predict_in_produce: bool,
+    /// epp's `predictDecodeStall`: also predict each candidate's [`LatencyPrediction::decode_stall_ms`]
+    /// (one more TTFT batch per request), for `latency-scorer`'s `decodeStallWeight`.
+    ///
+    /// [`LatencyPrediction::decode_stall_ms`]: crate::scheduling::LatencyPrediction::decode_stall_ms
+    pub predict_decode_stall: bool,
     pub accelerator_labels: Vec<String>,
 }
 
@@ -70,6 +76,7 @@ impl Default for ProducerSettings {
             context_ttl: Duration::from_secs(300),
             endpoint_role_label: None,
             predict_in_produce: true,
+            predict_decode_stall: false,
             accelerator_labels: DEFAULT_ACCELERATOR_LABELS.iter().map(|s| s.to_string()).collect(),
         }
     }
@@ -109,6 +116,7 @@ impl ProducerSettings {
             context_ttl,
             endpoint_role_label: p.endpoint_role_label.filter(|l| !l.is_empty()),
             predict_in_produce: p.predict_in_produce.unwrap_or(defaults.predict_in_produce),
+            predict_decode_stall: p.predict_decode_stall.unwrap_or(defaults.predict_decode_stall),
             accelerator_labels,
         })
     }

@@ -287,7 +287,7 @@ fn parameters_are_validated_and_deprecated_ones_accepted() {
         "plp",
         Some(&serde_json::json!({"samplingMean": 100.0, "maxDecodeTokenSamplesForPrediction": 3,
             "contextTTL": "5m", "streamingMode": true, "sloBufferFactor": 0.9, "endpointRoleLabel": "role",
-            "predictInProduce": true, "prefixMatchInfoProducerName": "", "inFlightLoadProducerName": ""})),
+            "predictInProduce": true, "predictDecodeStall": true, "prefixMatchInfoProducerName": "", "inFlightLoadProducerName": ""})),
         &ctx,
     );
     assert!(built.is_ok(), "{built:?}");
@@ -302,4 +302,67 @@ fn parameters_are_validated_and_deprecated_ones_accepted() {
     }
     let err = factory("other", Some(&serde_json::json!({"streamingMode": false})), &ctx).unwrap_err();
     assert!(err.to_string().contains("streamingMode"), "one predictor per epp: {err}");
+}
+
+/// The decode stall predicted on each of `endpoints` for a fresh request.
+fn stalls(p: &PredictedLatencyProducer, fixture: &RequestFixture, endpoints: &[&Candidate]) -> Vec<f64> {
+    let mut fresh: Vec<Candidate> = endpoints.iter().map(|c| (*c).clone()).collect();
+    p.prepare(&fixture.request(), &mut fresh);
+    fresh.iter().map(|c| c.attrs.latency.expect("predicted").decode_stall_ms).collect()
+}
+
+#[test]
+fn decode_stall_is_the_idle_ttft_times_the_requests_decoding_there() {
+    let hub = hub(true);
+    let settings =
+        ProducerSettings { streaming: true, predict_decode_stall: true, ..ProducerSettings::default() };
+    let p = producer(&hub, settings);
+    let mut fixture = RequestFixture::with_prompt("m", "hello");
+    fixture.parsed.stream = true;
+    for round in 0..40 {
+        train_round(
+            &p,
+            &fixture,
+            |c| if c.endpoint.labels["accelerator"] == "l4" { 900 } else { 300 },
+            round,
+        );
+    }
+    assert!(hub.retrain_now());
+    let (h100, l4) = (labelled(1, "h100", 0), labelled(2, "l4", 0));
+    assert_eq!(stalls(&p, &fixture, &[&h100, &l4]), [0.0, 0.0], "nothing decoding: nothing to stall");
+
+    // Two requests decoding on the H100, one still prefilling on the L4 (it stalls no decode yet).
+    let req = fixture.request();
+    let mut dispatched = Vec::new();
+    for (id, c) in [(1, &h100), (2, &h100), (3, &l4)] {
+        let mut one = vec![c.clone()];
+        p.prepare(&req, &mut one);
+        let info = info_for(&one[0], id, req.now);
+        p.pre_request(&req, &testing::result_for(std::slice::from_ref(&one[0].endpoint)), &info);
+        if id != 3 {
+            p.on_response_chunk(&info, b"data: x", true, req.now);
+        }
+        dispatched.push(info);
+    }
+    let two = stalls(&p, &fixture, &[&h100, &l4]);
+    assert!(two[0] > 0.0 && two[1] == 0.0, "{two:?}");
+    p.on_response_chunk(&dispatched[2], b"data: x", true, req.now);
+    let mut third = vec![h100.clone()];
+    p.prepare(&req, &mut third);
+    let info = info_for(&third[0], 4, req.now);
+    p.pre_request(&req, &testing::result_for(std::slice::from_ref(&h100.endpoint)), &info);
+    p.on_response_chunk(&info, b"data: x", true, req.now);
+    let three = stalls(&p, &fixture, &[&h100, &l4]);
+    // The idle TTFT does not depend on the load, so the stall grows exactly with the decodes.
+    assert!((three[0] - 1.5 * two[0]).abs() < 1e-6, "{two:?} -> {three:?}");
+    assert!(three[1] > 0.0, "the L4's request is decoding now");
+    for info in dispatched.iter().chain([&info]) {
+        p.on_complete(info, &finished(Instant::now(), 10));
+    }
+    assert_eq!(stalls(&p, &fixture, &[&h100, &l4]), [0.0, 0.0], "completions release the decodes");
+
+    let off = producer(&hub, ProducerSettings { streaming: true, ..ProducerSettings::default() });
+    let mut c = vec![h100.clone()];
+    off.prepare(&req, &mut c);
+    assert_eq!(c[0].attrs.latency.expect("predicted").decode_stall_ms, 0.0, "off by default");
 }

@@ -53,28 +53,36 @@ pub(super) struct Record {
 pub struct PhaseLoad {
     pub prefill_tokens: u64,
     pub decode_tokens: u64,
+    /// Requests past their first chunk: the decodes a new request's prefill would stall.
+    pub decode_requests: u64,
 }
 
 impl PhaseLoad {
     /// What a request holds from dispatch to its first chunk: the part of its prompt not cached there.
     pub fn prefilling(observation: &Observation) -> Self {
-        PhaseLoad { prefill_tokens: observation.uncached_tokens(), decode_tokens: 0 }
+        PhaseLoad { prefill_tokens: observation.uncached_tokens(), decode_tokens: 0, decode_requests: 0 }
     }
 
     /// What it holds once decoding: its prompt, as context every step reads.
     pub fn decoding(observation: &Observation) -> Self {
-        PhaseLoad { prefill_tokens: 0, decode_tokens: u64::from(observation.input_tokens) }
+        PhaseLoad {
+            prefill_tokens: 0,
+            decode_tokens: u64::from(observation.input_tokens),
+            decode_requests: 1,
+        }
     }
 
     fn add(&mut self, other: PhaseLoad) {
         self.prefill_tokens = self.prefill_tokens.saturating_add(other.prefill_tokens);
         self.decode_tokens = self.decode_tokens.saturating_add(other.decode_tokens);
+        self.decode_requests = self.decode_requests.saturating_add(other.decode_requests);
     }
 
     /// Floored at zero, so a counter can never go negative.
     fn subtract(&mut self, other: PhaseLoad) {
         self.prefill_tokens = self.prefill_tokens.saturating_sub(other.prefill_tokens);
         self.decode_tokens = self.decode_tokens.saturating_sub(other.decode_tokens);
+        self.decode_requests = self.decode_requests.saturating_sub(other.decode_requests);
     }
 
     fn is_zero(&self) -> bool {
