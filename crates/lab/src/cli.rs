@@ -9,6 +9,8 @@ use clap::Parser;
 use super::scenario::Scenario;
 use super::values::Seconds;
 use super::{compare, format_table, Fleet, RouterChoice, RouterSpec, Workload};
+use epp::cli::ObjectiveFlag;
+use epp::predictor::train::Objective;
 
 /// Compare routing configs on one simulated fleet and workload, in virtual time.
 #[derive(Debug, Clone, Parser)]
@@ -53,6 +55,10 @@ pub struct LabArgs {
     /// Runs simulated in parallel (default: available cores).
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// What the config columns' predictor estimates: epp's --latency-objective-type (mean, quantile at
+    /// alpha 0.9, or log-mean), so objectives compare without a rebuild.
+    #[arg(long, value_enum, default_value = "mean")]
+    pub latency_objective_type: ObjectiveFlag,
 }
 
 impl LabArgs {
@@ -71,6 +77,7 @@ impl LabArgs {
             scrape_interval: None,
             json: None,
             jobs: None,
+            latency_objective_type: ObjectiveFlag::Mean,
         }
     }
 }
@@ -123,7 +130,12 @@ pub fn choices(args: &LabArgs) -> anyhow::Result<Vec<RouterChoice>> {
         })?;
         choices.push(choice);
     }
-    Ok(choices)
+    let objective = match args.latency_objective_type {
+        ObjectiveFlag::Mean => Objective::SquaredError,
+        ObjectiveFlag::Quantile => Objective::Quantile { alpha: 0.9 },
+        ObjectiveFlag::LogMean => Objective::LogSquaredError,
+    };
+    Ok(choices.into_iter().map(|c| c.with_latency_objective(objective)).collect())
 }
 
 /// The fleet and workload the arguments name: a scenario's, or the two files'.

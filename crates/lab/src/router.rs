@@ -19,6 +19,7 @@ use epp::config::{self, LoadedConfig};
 use epp::datastore::{Datastore, Endpoint};
 use epp::director::decide;
 use epp::predictor::online::PredictorHub;
+use epp::predictor::train::Objective;
 use epp::request::{Headers, ParsedRequest, TokenEstimator};
 use epp::scheduling::{
     Candidate, Completion, CompletionKind, DispatchInfo, FactoryContext, NoopObserver, Pipeline,
@@ -50,17 +51,24 @@ pub struct RouterChoice {
     /// Every request carries the workload's SLO as its objectives (the `x-llm-d-slo-*-ms` headers), as
     /// if `send_slo_headers` were on for this column alone; the requests are otherwise the same.
     pub slo_headers: bool,
+    /// What the column's predictor estimates (epp's `--latency-objective-type`; the mean by default).
+    pub latency_objective: Objective,
 }
 
 impl RouterChoice {
     /// A column without SLO headers (unless the workload sends them).
     pub fn new(name: impl Into<String>, spec: RouterSpec) -> Self {
-        Self { name: name.into(), spec, slo_headers: false }
+        Self { name: name.into(), spec, slo_headers: false, latency_objective: Objective::SquaredError }
     }
 
     /// The same column with the workload's SLO sent as headers.
     pub fn with_slo_headers(self) -> Self {
         Self { slo_headers: true, ..self }
+    }
+
+    /// The same column with its predictor trained for `objective`.
+    pub fn with_latency_objective(self, objective: Objective) -> Self {
+        Self { latency_objective: objective, ..self }
     }
 
     /// A built-in baseline by name: `random`, `round-robin`, `default` or `oracle`.
@@ -143,14 +151,15 @@ pub(crate) fn load_config(
 
 impl Router {
     /// Builds the router for one run; `seed` drives its random choices.
-    pub fn new(spec: &RouterSpec, datastore: Arc<Datastore>, seed: u64) -> Result<Self, String> {
+    pub fn new(choice: &RouterChoice, datastore: Arc<Datastore>, seed: u64) -> Result<Self, String> {
+        let spec = &choice.spec;
         let rng = SmallRng::seed_from_u64(seed ^ 0x726f_7574_6572);
         Ok(match spec {
             RouterSpec::Random => Router::Random(rng),
             RouterSpec::RoundRobin => Router::RoundRobin(0),
             RouterSpec::Oracle => Router::Oracle,
             RouterSpec::Default | RouterSpec::Config { .. } => {
-                let hub = training::hub();
+                let hub = training::hub(choice.latency_objective);
                 let loaded = load_config(spec, datastore, hub.clone())?;
                 let te = loaded.token_estimator;
                 let estimator = TokenEstimator::new(te.characters_per_token, te.output_ratio)

@@ -102,7 +102,7 @@ pub fn run(
     let datastore = Arc::new(Datastore::new("lab"));
     datastore.set_endpoints(fleet.replicas.iter().enumerate().map(|(i, r)| endpoint(i, r)).collect());
     let endpoints: Vec<Arc<Endpoint>> = datastore.endpoints().iter().cloned().collect();
-    let router = Router::new(&choice.spec, datastore, workload.seed)
+    let router = Router::new(choice, datastore, workload.seed)
         .map_err(|message| LabError::Router { name: choice.name.clone(), message })?;
     let replicas = fleet
         .replicas

@@ -24,11 +24,14 @@ use serde::Serialize;
 
 use epp::metrics::MetricsRegistry;
 use epp::predictor::online::{HubMode, OnlineConfig, OnlinePredictor, Predictor, PredictorHub};
+use epp::predictor::train::{Objective, Params};
 use epp::scheduling::LatencyPrediction;
 
-/// A fresh manual hub for one run: chart defaults, metrics in a registry nobody scrapes.
-pub(crate) fn hub() -> PredictorHub {
-    PredictorHub::new(OnlineConfig::default(), MetricsRegistry::new("lab"), HubMode::Manual)
+/// A fresh manual hub for one run: chart defaults but the objective, metrics in a registry nobody scrapes.
+pub(crate) fn hub(objective: Objective) -> PredictorHub {
+    let defaults = OnlineConfig::default();
+    let config = OnlineConfig { params: Params { objective, ..defaults.params.clone() }, ..defaults };
+    PredictorHub::new(config, MetricsRegistry::new("lab"), HubMode::Manual)
 }
 
 /// What a run reports about its predictor (`None` in the report when the config has no producer).
@@ -201,13 +204,13 @@ mod tests {
 
     #[test]
     fn no_producer_no_training() {
-        assert!(Training::take(&hub()).is_none());
+        assert!(Training::take(&hub(Objective::SquaredError)).is_none());
     }
 
     #[test]
     fn reads_back_the_producers_streaming_mode() {
         for streaming in [false, true] {
-            let hub = hub();
+            let hub = hub(Objective::SquaredError);
             hub.attach(streaming).unwrap();
             let training = Training::take(&hub).unwrap();
             assert_eq!(training.streaming, streaming);

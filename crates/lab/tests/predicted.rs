@@ -85,3 +85,15 @@ fn the_slo_config_trains_tpot_on_streamed_completions_and_sheds_with_429() {
     let quiet = run(&workload.replace("send_slo_headers: true", "send_slo_headers: false"));
     assert_eq!(quiet.rejected, 0);
 }
+
+#[test]
+fn the_predictor_objective_is_a_column_setting() {
+    use epp::predictor::train::Objective;
+    let mean = config("predicted-latency.yaml");
+    let log = config("predicted-latency.yaml").with_latency_objective(Objective::LogSquaredError);
+    let log = RouterChoice { name: "log-mean".into(), ..log };
+    let report = run(WORKLOAD, &[mean, log], 1);
+    let [m, l] = [&report.runs[0], &report.runs[1]].map(|r| r.predictor.as_ref().expect("trained"));
+    assert!(m.warmup_s.is_some() && l.warmup_s.is_some(), "both objectives publish models");
+    assert_ne!(m.ttft_heldout_mape, l.ttft_heldout_mape, "the column's objective reached its trainer");
+}
