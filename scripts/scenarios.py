@@ -174,7 +174,7 @@ def heterogeneous(path):
 def run(args):
     if args.from_json:
         table = json.loads(Path(args.from_json).read_text())
-        finish(table, args, [n for n in next(iter(table.values())) if n not in ("split", "heterogeneous", "oracle")])
+        finish(table, args, [n for n in next(iter(table.values())) if n not in META + (ORACLE[0],)])
         return
     lab = lab_binary()
     files = [p for p in scenario_files(args.scenarios) if args.split in (None, split_of(p))]

@@ -14,7 +14,7 @@ use crate::discovery::{
 use crate::metrics::DEFAULT_MAX_SERIES_PER_FAMILY;
 
 mod predictor;
-pub use predictor::{ObjectiveFlag, PredictorFlags};
+pub use predictor::{ObjectiveFlag, PredictorFlags, DEFAULT_QUANTILE_ALPHA};
 
 /// Discovery flags that cannot be honoured.
 #[derive(Debug, thiserror::Error)]

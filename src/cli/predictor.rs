@@ -24,6 +24,20 @@ pub enum ObjectiveFlag {
     LogMean,
 }
 
+/// `--latency-quantile-alpha`'s default (llm-d's).
+pub const DEFAULT_QUANTILE_ALPHA: f32 = 0.9;
+
+impl ObjectiveFlag {
+    /// The trainer's objective; `alpha` is the quantile a `quantile` model estimates.
+    pub fn objective(self, alpha: f32) -> Objective {
+        match self {
+            ObjectiveFlag::Mean => Objective::SquaredError,
+            ObjectiveFlag::Quantile => Objective::Quantile { alpha },
+            ObjectiveFlag::LogMean => Objective::LogSquaredError,
+        }
+    }
+}
+
 /// Parses a duration given as seconds (`10`, as llm-d's `*_SEC` variables are) or with a unit (`10s`).
 fn seconds_or_duration(text: &str) -> Result<Duration, String> {
     match text.trim().parse::<f64>() {
@@ -51,7 +65,7 @@ pub struct PredictorFlags {
     #[arg(long, env = "LATENCY_OBJECTIVE_TYPE", value_enum, default_value = "mean", ignore_case = true)]
     pub latency_objective_type: ObjectiveFlag,
     /// The quantile a `quantile` model estimates, in (0, 1).
-    #[arg(long, env = "LATENCY_QUANTILE_ALPHA", default_value_t = 0.9)]
+    #[arg(long, env = "LATENCY_QUANTILE_ALPHA", default_value_t = DEFAULT_QUANTILE_ALPHA)]
     pub latency_quantile_alpha: f32,
     /// Directory the models are saved to (XGBoost JSON, periodically and at shutdown) and loaded from at
     /// start; unset keeps them in memory.
@@ -83,11 +97,7 @@ impl PredictorFlags {
         if alpha.is_nan() || alpha <= 0.0 || alpha >= 1.0 {
             return Err(format!("--latency-quantile-alpha: {alpha} is outside (0, 1)"));
         }
-        let objective = match self.latency_objective_type {
-            ObjectiveFlag::Mean => Objective::SquaredError,
-            ObjectiveFlag::Quantile => Objective::Quantile { alpha },
-            ObjectiveFlag::LogMean => Objective::LogSquaredError,
-        };
+        let objective = self.latency_objective_type.objective(alpha);
         Ok(OnlineConfig {
             retrain_interval: self.latency_retraining_interval,
             min_samples: self.latency_min_samples_for_retrain,

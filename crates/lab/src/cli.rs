@@ -9,8 +9,7 @@ use clap::Parser;
 use super::scenario::Scenario;
 use super::values::Seconds;
 use super::{compare, format_table, Fleet, RouterChoice, RouterSpec, Workload};
-use epp::cli::ObjectiveFlag;
-use epp::predictor::train::Objective;
+use epp::cli::{ObjectiveFlag, DEFAULT_QUANTILE_ALPHA};
 
 /// Compare routing configs on one simulated fleet and workload, in virtual time.
 #[derive(Debug, Clone, Parser)]
@@ -130,11 +129,7 @@ pub fn choices(args: &LabArgs) -> anyhow::Result<Vec<RouterChoice>> {
         })?;
         choices.push(choice);
     }
-    let objective = match args.latency_objective_type {
-        ObjectiveFlag::Mean => Objective::SquaredError,
-        ObjectiveFlag::Quantile => Objective::Quantile { alpha: 0.9 },
-        ObjectiveFlag::LogMean => Objective::LogSquaredError,
-    };
+    let objective = args.latency_objective_type.objective(DEFAULT_QUANTILE_ALPHA);
     Ok(choices.into_iter().map(|c| c.with_latency_objective(objective)).collect())
 }
 

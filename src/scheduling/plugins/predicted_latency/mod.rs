@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use crate::datastore::Endpoint;
 use crate::predictor::features::{accelerator_code, Observation, PodType, TPOT_COLUMNS, TTFT_COLUMNS};
-use crate::predictor::online::{Intake, Model, Predictor};
+use crate::predictor::online::{Intake, Predictor};
 use crate::scheduling::{
     BuiltPlugin, Candidate, DataKey, DataProducer, FactoryContext, LatencyKind, LatencyMetrics,
     LatencyPrediction, PluginError, SchedulingRequest,
@@ -137,14 +137,7 @@ impl PredictedLatencyProducer {
             let mut guard = buffers.borrow_mut();
             let Buffers { rows, ttft, tpot, idle_ttft, phases } = &mut *guard;
             idle_ttft.clear();
-            rows.clear();
-            rows.resize(n * TTFT_COLUMNS.len(), 0.0);
-            for (chunk, c) in rows.chunks_exact_mut(TTFT_COLUMNS.len()).zip(candidates.iter()) {
-                let observation = c.attrs.observation.unwrap_or_default();
-                if let Ok(row) = <&mut [f32; TTFT_COLUMNS.len()]>::try_from(chunk) {
-                    observation.ttft_row(row);
-                }
-            }
+            ttft_rows(candidates, rows, |observation| observation);
             ttft.clear();
             ttft.resize(n, 0.0);
             let started = Instant::now();
@@ -167,8 +160,21 @@ impl PredictedLatencyProducer {
                 model.predict_batch(rows, tpot);
                 record(LatencyKind::Tpot, started);
             }
-            if self.settings.predict_decode_stall {
-                Self::predict_idle_ttft(&models.ttft, candidates, rows, idle_ttft);
+            // With nothing decoding on any candidate every stall is 0: no batch to predict.
+            if self.settings.predict_decode_stall && phases.iter().any(|p| p.decode_requests > 0) {
+                // The request's TTFT were each candidate idle: the same prompt, prefix match and accelerator
+                // class with every load feature zeroed. That is its prefill's own compute time, which is what
+                // its chunks add to the steps of the requests decoding there.
+                ttft_rows(candidates, rows, |observation| Observation {
+                    kv_cache_percentage: 0.0,
+                    waiting: 0,
+                    running: 0,
+                    prefill_tokens_in_flight: 0,
+                    decode_tokens_in_flight: 0,
+                    ..observation
+                });
+                idle_ttft.resize(n, 0.0);
+                models.ttft.predict_batch(rows, idle_ttft);
             }
             let running_tpot = self.settings.streaming.then(|| self.tracker.running());
             for (i, c) in candidates.iter_mut().enumerate() {
@@ -189,30 +195,6 @@ impl PredictedLatencyProducer {
                 c.attrs.latency = Some(prediction);
             }
         });
-    }
-
-    /// The request's TTFT on each candidate as if nothing else ran there: the same prompt, prefix match and
-    /// accelerator class with every load feature zeroed. Its prefill's own compute time, which is what its
-    /// chunks add to the steps of the requests decoding there.
-    fn predict_idle_ttft(model: &Model, candidates: &[Candidate], rows: &mut Vec<f32>, out: &mut Vec<f32>) {
-        rows.clear();
-        rows.resize(candidates.len() * TTFT_COLUMNS.len(), 0.0);
-        for (chunk, c) in rows.chunks_exact_mut(TTFT_COLUMNS.len()).zip(candidates) {
-            let idle = Observation {
-                kv_cache_percentage: 0.0,
-                waiting: 0,
-                running: 0,
-                prefill_tokens_in_flight: 0,
-                decode_tokens_in_flight: 0,
-                ..c.attrs.observation.unwrap_or_default()
-            };
-            if let Ok(row) = <&mut [f32; TTFT_COLUMNS.len()]>::try_from(chunk) {
-                idle.ttft_row(row);
-            }
-        }
-        out.clear();
-        out.resize(candidates.len(), 0.0);
-        model.predict_batch(rows, out);
     }
 
     /// llm-d's `validatePrediction` (§4.3): headroom against the objectives, the TPOT one buffered and
@@ -252,6 +234,17 @@ impl PredictedLatencyProducer {
             prediction.tpot_valid = tpot_ms < buffered;
         }
         prediction
+    }
+}
+
+/// Writes the candidates' TTFT rows into `rows`, each from its captured features as `adjust` leaves them.
+fn ttft_rows(candidates: &[Candidate], rows: &mut Vec<f32>, adjust: impl Fn(Observation) -> Observation) {
+    rows.clear();
+    rows.resize(candidates.len() * TTFT_COLUMNS.len(), 0.0);
+    for (chunk, c) in rows.chunks_exact_mut(TTFT_COLUMNS.len()).zip(candidates) {
+        if let Ok(row) = <&mut [f32; TTFT_COLUMNS.len()]>::try_from(chunk) {
+            adjust(c.attrs.observation.unwrap_or_default()).ttft_row(row);
+        }
     }
 }
 
