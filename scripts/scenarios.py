@@ -173,7 +173,10 @@ def heterogeneous(path):
 
 def run(args):
     if args.from_json:
-        table = json.loads(Path(args.from_json).read_text())
+        try:
+            table = json.loads(Path(args.from_json).read_text())
+        except (OSError, ValueError) as e:
+            sys.exit(f"scenarios.py: --from-json {args.from_json}: {e}")
         finish(table, args, [n for n in next(iter(table.values())) if n not in META + (ORACLE[0],)])
         return
     lab = lab_binary()
