@@ -11,15 +11,17 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 
-use crate::cli::Cli;
 use crate::datastore::Datastore;
 use crate::director::{Director, ProbeRequest, RouteProbe};
 use crate::discovery::file::{self, Sink};
+use crate::discovery::MetricsTarget;
 use crate::error::RequestError;
 use crate::extproc::health;
 use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
 use crate::telemetry::PoolMetrics;
+
+use super::settings::{EndpointsFile, PoolGauges, Serving};
 
 /// Keeps readiness (and the ext_proc health service) equal to "discovery has synced (or there is no
 /// discovery) and this replica leads (or there is no leader election)". Liveness stays serving throughout.
@@ -61,11 +63,10 @@ async fn next_change(rx: &mut Option<watch::Receiver<bool>>) {
 pub(super) fn spawn_pool_gauges(
     datastore: Arc<Datastore>,
     metrics: Arc<PoolMetrics>,
-    cli: &Cli,
+    settings: &PoolGauges,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    let every = cli.refresh_prometheus_metrics_interval.max(Duration::from_millis(10));
-    let staleness = cli.metrics_staleness_threshold;
+    let (every, staleness) = (settings.every, settings.staleness);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         loop {
@@ -121,11 +122,11 @@ pub(super) struct ProbeRoute {
     max_body: usize,
 }
 
-/// The probe over `director` when `--enable-route-probe` is set.
-pub(super) fn route_probe(cli: &Cli, director: &Director) -> Option<ProbeRoute> {
-    cli.enable_route_probe.then(|| ProbeRoute {
+/// The probe over `director` when `--enable-route-probe` is set; it takes bodies as large as ext_proc does.
+pub(super) fn route_probe(serving: &Serving, director: &Director) -> Option<ProbeRoute> {
+    serving.route_probe.then(|| ProbeRoute {
         probe: Arc::new(RouteProbe::new(director)),
-        max_body: cli.max_request_body_bytes,
+        max_body: serving.limits.max_request_body,
     })
 }
 
@@ -206,16 +207,12 @@ fn probe_route(
 }
 
 /// File discovery (`--endpoints-file`): the first load happens here, so a bad file stops start-up; with
-/// `--endpoints-file-watch` the returned task reloads it every second until `stop`.
+/// `--endpoints-file-watch` the returned task reloads it every watch period until `stop`.
 pub(super) fn start_file_discovery(
-    cli: &Cli,
-    sink: impl FnOnce() -> Sink,
+    file: Option<EndpointsFile>,
+    sink: impl FnOnce(MetricsTarget) -> Sink,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
-    let Some(path) = &cli.endpoints_file else { return Ok(None) };
-    let period = cli.endpoints_file_watch.then_some(FILE_POLL_PERIOD);
-    Ok(file::start(path.clone(), sink(), period, stop)?)
+    let Some(EndpointsFile { path, watch_period, target }) = file else { return Ok(None) };
+    Ok(file::start(path, sink(target), watch_period, stop)?)
 }
-
-/// How often a watched endpoints file is read again.
-const FILE_POLL_PERIOD: Duration = Duration::from_secs(1);

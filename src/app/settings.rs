@@ -1,0 +1,211 @@
+//! The resolve step: the flags and the loaded configuration become the settings each component is built
+//! from. Every translation from config types to runtime types and every cross-check between a flag and a
+//! config field happens here, once, and each error names the flag or field; `app` then only assembles
+//! components from [`Settings`] (linkerd2-proxy's `Config` then `build`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tonic::transport::ServerTlsConfig;
+
+use crate::cli::Cli;
+use crate::config::{self, LoadedConfig};
+use crate::datastore::{Endpoint, SubsetMatch};
+use crate::director::DirectorOptions;
+use crate::discovery::{DiscoveryConfig, LeaderConfig, MetricsTarget};
+use crate::extproc::{tls, StreamLimits};
+use crate::request::{Policies, PolicyStore, TokenEstimator, WeightedRewrite};
+use crate::telemetry;
+
+/// Everything `app` builds from, resolved and cross-checked.
+pub(super) struct Settings {
+    pub endpoints: EndpointSources,
+    /// `--ha-enable-leader-election`: the Lease campaign.
+    pub leader: Option<LeaderConfig>,
+    pub director: DirectorOptions,
+    /// How model servers are scraped (`on_update` is set by `app`, which owns the flow controller).
+    pub scrape: telemetry::ScrapeConfig,
+    pub pool_gauges: PoolGauges,
+    pub serving: Serving,
+}
+
+/// Where endpoints come from: exactly one of static endpoints, an endpoints file or Kubernetes discovery
+/// (static endpoints may be empty: a pool of none, filled by nothing).
+pub(super) struct EndpointSources {
+    /// `--endpoints` and the config's `endpoints:`, with their `/metrics` URLs.
+    pub statics: Vec<Endpoint>,
+    pub file: Option<EndpointsFile>,
+    pub discovery: Option<DiscoveryConfig>,
+}
+
+/// `--endpoints-file`: read at start-up, and with `--endpoints-file-watch` every `watch_period`.
+pub(super) struct EndpointsFile {
+    pub path: PathBuf,
+    pub watch_period: Option<Duration>,
+    pub target: MetricsTarget,
+}
+
+/// The pool gauges' refresh (`--refresh-prometheus-metrics-interval`) and what counts as stale telemetry
+/// (`--metrics-staleness-threshold`).
+pub(super) struct PoolGauges {
+    pub every: Duration,
+    pub staleness: Duration,
+}
+
+/// The three listening sockets and how the ext_proc server behaves on them.
+pub(super) struct Serving {
+    pub grpc: SocketAddr,
+    pub health: SocketAddr,
+    pub metrics: SocketAddr,
+    /// `--secure-serving`: the ext_proc port's TLS (from `--cert-path`, or self-signed).
+    pub tls: Option<ServerTlsConfig>,
+    pub limits: StreamLimits,
+    /// `--enable-route-probe`: `POST /debug/route` on the metrics port.
+    pub route_probe: bool,
+    pub grace: Duration,
+    pub delay: Duration,
+}
+
+/// How often a watched endpoints file is read again.
+const FILE_POLL_PERIOD: Duration = Duration::from_secs(1);
+
+/// The pool gauges are never refreshed faster than this, whatever the flag says.
+const MIN_POOL_GAUGE_PERIOD: Duration = Duration::from_millis(10);
+
+impl Settings {
+    /// Resolves the flags against the loaded configuration.
+    pub fn resolve(cli: &Cli, loaded: &LoadedConfig) -> anyhow::Result<Self> {
+        Ok(Self {
+            endpoints: EndpointSources::resolve(cli, loaded)?,
+            leader: cli.leader_config(),
+            director: director_options(cli, loaded)?,
+            scrape: telemetry::ScrapeConfig {
+                refresh_interval: cli.refresh_metrics_interval,
+                insecure_skip_verify: loaded.data_source.insecure_skip_verify,
+                engines: Arc::new(engine_set(loaded)?),
+                on_update: None,
+                ..Default::default()
+            },
+            pool_gauges: PoolGauges {
+                every: cli.refresh_prometheus_metrics_interval.max(MIN_POOL_GAUGE_PERIOD),
+                staleness: cli.metrics_staleness_threshold,
+            },
+            serving: Serving::resolve(cli)?,
+        })
+    }
+}
+
+impl EndpointSources {
+    fn resolve(cli: &Cli, loaded: &LoadedConfig) -> anyhow::Result<Self> {
+        let target = MetricsTarget {
+            scheme: metrics_scheme(loaded),
+            path: loaded.data_source.path.clone(),
+            port: cli.model_server_metrics_port.filter(|port| *port != 0),
+        };
+        let statics = static_endpoints(cli, loaded, &target);
+        if cli.endpoints_file.is_some() && !statics.is_empty() {
+            anyhow::bail!("--endpoints-file and the config's `endpoints:` are mutually exclusive");
+        }
+        let file = cli.endpoints_file.as_ref().map(|path| EndpointsFile {
+            path: path.clone(),
+            watch_period: cli.endpoints_file_watch.then_some(FILE_POLL_PERIOD),
+            target: target.clone(),
+        });
+        let discovery = cli.discovery_config(!statics.is_empty() || file.is_some(), target)?;
+        Ok(Self { statics, file, discovery })
+    }
+}
+
+impl Serving {
+    fn resolve(cli: &Cli) -> anyhow::Result<Self> {
+        let bind = |port: u16| SocketAddr::new(cli.bind_address, port);
+        let tls = match cli.secure_serving {
+            true => Some(tls::server_tls(cli.cert_path.as_deref()).context("--secure-serving")?),
+            false => None,
+        };
+        Ok(Self {
+            grpc: bind(cli.grpc_port),
+            health: bind(cli.grpc_health_port),
+            metrics: bind(cli.metrics_port),
+            tls,
+            limits: StreamLimits {
+                max_request_body: cli.max_request_body_bytes,
+                max_buffered_request_bytes: cli.max_buffered_request_bytes,
+            },
+            route_probe: cli.enable_route_probe,
+            grace: cli.shutdown_grace_period,
+            delay: cli.shutdown_delay,
+        })
+    }
+}
+
+fn director_options(cli: &Cli, loaded: &LoadedConfig) -> anyhow::Result<DirectorOptions> {
+    let estimator = &loaded.token_estimator;
+    Ok(DirectorOptions {
+        policies: Arc::new(PolicyStore::new(config_policies(loaded))),
+        token_estimator: TokenEstimator::new(estimator.characters_per_token, estimator.output_ratio)
+            .context("tokenEstimator")?,
+        subset_match: if cli.disable_endpoint_subset_filter {
+            SubsetMatch::Disabled
+        } else if cli.subset_match_ip_only {
+            SubsetMatch::IpOnly
+        } else {
+            SubsetMatch::Exact
+        },
+        emit_scores: cli.emit_endpoint_scores,
+        parse_bodies: loaded.parser == config::ParserKind::OpenAi,
+        ignore_model_rewrite_header: cli.ignore_model_rewrite_header,
+    })
+}
+
+/// The engine mappings from the `core-metrics-extractor` parameters (built-in defaults when absent).
+fn engine_set(loaded: &LoadedConfig) -> anyhow::Result<telemetry::EngineSet> {
+    let Some(raw) = &loaded.extractor_params else { return Ok(telemetry::EngineSet::builtin()) };
+    let params: telemetry::ExtractorParams =
+        crate::scheduling::parse_params("core-metrics-extractor", "core-metrics-extractor", Some(raw))?;
+    telemetry::EngineSet::from_params(&params).context("core-metrics-extractor parameters")
+}
+
+/// The data source's scrape scheme.
+fn metrics_scheme(loaded: &LoadedConfig) -> &'static str {
+    match loaded.data_source.scheme {
+        config::MetricsScheme::Http => "http",
+        config::MetricsScheme::Https => "https",
+    }
+}
+
+/// `--endpoints`, then the config's `endpoints:` not already named, each scraped at `target`'s URL
+/// (`--model-server-metrics-port` is for discovered pods: a static endpoint's port is its own).
+fn static_endpoints(cli: &Cli, loaded: &LoadedConfig, target: &MetricsTarget) -> Vec<Endpoint> {
+    let mut out: Vec<Endpoint> = Vec::new();
+    for addr in &cli.endpoints {
+        out.push(Endpoint::new(crate::datastore::format_host_port(*addr), *addr));
+    }
+    for e in &loaded.endpoints {
+        if out.iter().any(|o| o.addr == e.address) {
+            continue;
+        }
+        let name =
+            if e.name.is_empty() { crate::datastore::format_host_port(e.address) } else { e.name.clone() };
+        out.push(Endpoint::new(name, e.address).with_labels(e.labels.clone()));
+    }
+    out.into_iter()
+        .map(|e| {
+            let url = target.url(e.addr);
+            e.with_metrics_url(url)
+        })
+        .collect()
+}
+
+/// The config's objectives and model rewrites: the base layer of the policy store, which the cluster's
+/// InferenceObjective and InferenceModelRewrite objects are laid over.
+fn config_policies(loaded: &LoadedConfig) -> Policies {
+    let rewrites = loaded.model_rewrites.iter().map(|r| {
+        let targets = r.targets.iter().map(|t| (t.model.clone(), t.weight)).collect();
+        (r.match_model.clone(), WeightedRewrite { name: r.name.clone(), targets })
+    });
+    Policies { objectives: loaded.objectives.clone(), rewrites: rewrites.collect(), fallback: None }
+}
