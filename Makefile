@@ -17,7 +17,7 @@ NUMPY_VERSION ?= 2.2.6
 XGBOOST_STAMP := $(VENV)/.xgboost-cpu-$(XGBOOST_VERSION)-numpy-$(NUMPY_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy xgboost prometheus lint check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenarios scenarios-calibrate soak fuzz
+.PHONY: all build release envoy xgboost prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenarios scenarios-calibrate soak fuzz
 
 all: build
 
@@ -49,7 +49,8 @@ $(XGBOOST_STAMP):
 	touch $@
 
 ## prometheus: the Prometheus server from Debian (for the KEDA e2e test), if none is installed. Needs root
-## or passwordless sudo; without either it only warns (the test then SKIPs), except under CI=true.
+## or passwordless sudo; without either it only warns (the KEDA test then fails, unless EPP_SKIP_MISSING_TOOLS=1),
+## except under CI=true, where it fails here.
 prometheus:
 	if command -v prometheus >/dev/null || [ -x /usr/bin/prometheus ]; then \
 	  echo "prometheus: $$(command -v prometheus || echo /usr/bin/prometheus)"; \
@@ -59,7 +60,7 @@ prometheus:
 	elif [ "$${CI:-}" = true ] || [ "$${CI:-}" = 1 ]; then \
 	  echo "prometheus: not installed and no root or sudo to install it" >&2; exit 1; \
 	else \
-	  echo "prometheus: not installed and no root or sudo; the KEDA e2e test will SKIP"; \
+	  echo "prometheus: not installed and no root or sudo; the KEDA e2e test will fail (EPP_SKIP_MISSING_TOOLS=1 skips it)"; \
 	fi
 
 ## lint: formatting, clippy (warnings are errors) and the layering check (every product import points down)
@@ -69,7 +70,12 @@ lint:
 	$(PYTHON) scripts/check-layers.py
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## check-layers: fails on an upward or cyclic import in the product (src/); the layers are drawn in README
+## check: the fast loop (docs/development.md): lint, then the unit tests of every crate (no integration or
+## end-to-end tests, no tools to install)
+check: lint
+	$(CARGO) test --workspace --lib --bins
+
+## check-layers: fails on an upward or cyclic import in the product (src/); the layers are drawn in docs/architecture.md
 check-layers:
 	$(PYTHON) scripts/check-layers.py
 

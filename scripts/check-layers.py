@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fails when the product's imports do not form the layered DAG the README draws.
+"""Fails when the product's imports do not form the layered DAG docs/architecture.md draws.
 
 Reads every non-test file under src/ and each path it names through `crate::` or `super::` (in `use`
 items and inline paths). Two rules:

@@ -9,7 +9,7 @@
 //! pool's endpoints from Kubernetes: InferencePool or standalone selector, list/watch),
 //! [`metrics`] (the registry each component registers its own families in), [`wire`] (header and
 //! metadata names), [`error`], and [`config`] (builds every part from the EndpointPickerConfig). The
-//! layers are drawn in README.md and checked by `scripts/check-layers.py`.
+//! layers are drawn in docs/architecture.md and checked by `scripts/check-layers.py`.
 
 pub mod app;
 pub mod cli;

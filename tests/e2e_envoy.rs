@@ -2,7 +2,7 @@
 //!
 //! Layout: harness checks first (templates render and validate, Envoy routes to epp-test-backend with no
 //! epp involved), then the e2e tests through epp, which use [`epp_testkit::start_stack`]. Without Envoy the
-//! tests print `SKIP` and pass, except under `CI=true`, where they fail.
+//! tests fail (`EPP_SKIP_MISSING_TOOLS=1` skips them, printing SKIP, outside CI).
 
 use epp_testkit::*;
 use serde_json::json;

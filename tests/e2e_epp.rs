@@ -9,7 +9,7 @@
 //! Layout: this file holds the shared fixtures; `e2e_epp/routing.rs` the load-following, control-header and
 //! header-only routing tests; `e2e_epp/body.rs` body forwarding, rewrites, errors and SSE streaming;
 //! `e2e_epp/lifecycle.rs` epp's request metrics after completed, abandoned and failed requests. Without Envoy
-//! the tests print `SKIP` and pass, except under `CI=true`.
+//! the tests fail (`EPP_SKIP_MISSING_TOOLS=1` skips them, printing SKIP, outside CI).
 
 #[path = "e2e_epp/body.rs"]
 mod body;

@@ -12,8 +12,8 @@
 //! `e2e_flow_control/legacy.rs` shedding without the gate; `e2e_flow_control/queueing.rs` the queue
 //! draining as capacity frees, the capacity (429) and TTL (503) outcomes, the deprecated env var and
 //! scale from zero; `e2e_flow_control/keda.rs` the four KEDA signals of deploy/keda/ evaluated by
-//! Prometheus during and after the load. Without Envoy (or Prometheus, for the KEDA test) the tests print
-//! `SKIP` and pass, except under `CI=true`.
+//! Prometheus during and after the load. Without Envoy (or Prometheus, for the KEDA test) the tests fail
+//! (`EPP_SKIP_MISSING_TOOLS=1` skips them, printing SKIP, outside CI).
 
 #[path = "e2e_flow_control/keda.rs"]
 mod keda;

@@ -11,8 +11,8 @@
 //! to finish), so a request of epoch `e` was routed while epp knew the pool of epoch `e` or `e + 1`, and
 //! must have been served by one of their pods, with status 200. The one exception is the crash: requests
 //! sent to the killed pod before epp heard of it may fail. Every wait polls for a state under one
-//! generous deadline; nothing is timed. Without Envoy the test prints `SKIP` and passes, except under
-//! `CI=true`.
+//! generous deadline; nothing is timed. Without Envoy the test fails (`EPP_SKIP_MISSING_TOOLS=1` skips it,
+//! printing SKIP, outside CI).
 
 mod discovery_support;
 

@@ -130,7 +130,7 @@ pub(super) fn route_probe(serving: &Serving, director: &Director) -> Option<Prob
     })
 }
 
-/// `/metrics`, and with the route probe `POST /debug/route[/<inference path>][?seed=N]` (README "Route
+/// `/metrics`, and with the route probe `POST /debug/route[/<inference path>][?seed=N]` (docs/operations.md "Route
 /// probe"); without it that path is a 404 like any other.
 pub(super) fn spawn_metrics_server(
     listener: TcpListener,

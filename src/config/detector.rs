@@ -5,7 +5,7 @@
 //! added, so a loaded config always has one.
 //!
 //! The added detector is not put in any scheduling profile: like a declared detector that is only named
-//! here (README.md, "Saturation detectors and flow control"), it gates admission but filters no endpoints.
+//! here (docs/configuration.md, "Saturation detectors and flow control"), it gates admission but filters no endpoints.
 
 use super::datalayer::wrong_ref;
 use super::instances::Instances;

