@@ -100,14 +100,14 @@ impl Server {
     pub async fn start_with(cli: Cli, hooks: ServerHooks) -> anyhow::Result<Self> {
         cli.validate().map_err(anyhow::Error::msg)?;
         let core = Core::build(&cli)?;
-        let Settings { endpoints, leader, director: options, mut scrape, pool_gauges, serving } =
+        let Settings { endpoints, leader, director: options, health, mut scrape, pool_gauges, serving } =
             Settings::resolve(&cli, &core.loaded)?;
         let policies = options.policies.clone();
         let (discovery, policy_watch) =
             build::start_endpoints(&core, endpoints.statics, endpoints.discovery, &policies);
         let leader = leader.map(LeaderElection::spawn);
         let (flow_controller, admission) = build::admission(&core, hooks, options.subset_match);
-        let health_monitor = HealthMonitor::new(core.loaded.endpoint_health.clone(), &core.metrics);
+        let health_monitor = HealthMonitor::new(health, &core.metrics);
         let director = build::director(&core, admission, options, health_monitor.clone());
 
         let (shutdown, shutdown_rx) = watch::channel(false);

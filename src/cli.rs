@@ -61,7 +61,9 @@ pub struct Cli {
     /// How often the pool gauges (averages, ready endpoints) are recomputed.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub refresh_prometheus_metrics_interval: Duration,
-    /// Telemetry older than this does not count towards the pool gauges.
+    /// Telemetry older than this is stale: it does not count towards the pool gauges, and endpoint health
+    /// takes the endpoint out of scheduling (unless the config's `endpointHealth.stalenessThreshold` says
+    /// otherwise).
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub metrics_staleness_threshold: Duration,
     /// Name of the InferencePool this EPP serves. Without static endpoints (--endpoints or the config's

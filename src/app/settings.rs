@@ -17,6 +17,7 @@ use crate::datastore::{Endpoint, SubsetMatch};
 use crate::director::DirectorOptions;
 use crate::discovery::{DiscoveryConfig, LeaderConfig, MetricsTarget};
 use crate::extproc::{tls, StreamLimits};
+use crate::health::HealthSettings;
 use crate::request::{Policies, PolicyStore, TokenEstimator, WeightedRewrite};
 use crate::telemetry;
 
@@ -26,6 +27,9 @@ pub(super) struct Settings {
     /// `--ha-enable-leader-election`: the Lease campaign.
     pub leader: Option<LeaderConfig>,
     pub director: DirectorOptions,
+    /// Endpoint health: the config's `endpointHealth`, its staleness threshold defaulting to
+    /// `--metrics-staleness-threshold`.
+    pub health: HealthSettings,
     /// How model servers are scraped (`on_update` is set by `app`, which owns the flow controller).
     pub scrape: telemetry::ScrapeConfig,
     pub pool_gauges: PoolGauges,
@@ -82,6 +86,7 @@ impl Settings {
             endpoints: EndpointSources::resolve(cli, loaded)?,
             leader: cli.leader_config(),
             director: director_options(cli, loaded)?,
+            health: health_settings(cli, loaded),
             scrape: telemetry::ScrapeConfig {
                 refresh_interval: cli.refresh_metrics_interval,
                 insecure_skip_verify: loaded.data_source.insecure_skip_verify,
@@ -140,6 +145,17 @@ impl Serving {
             delay: cli.shutdown_delay,
         })
     }
+}
+
+/// One staleness setting: `--metrics-staleness-threshold` (upstream's flag, which already governs the pool
+/// gauges) is also endpoint health's threshold, unless the config's `endpointHealth.stalenessThreshold`
+/// says otherwise.
+fn health_settings(cli: &Cli, loaded: &LoadedConfig) -> HealthSettings {
+    let mut health = loaded.endpoint_health.clone();
+    if !loaded.endpoint_health_staleness_set {
+        health.staleness = cli.metrics_staleness_threshold;
+    }
+    health
 }
 
 fn director_options(cli: &Cli, loaded: &LoadedConfig) -> anyhow::Result<DirectorOptions> {
@@ -208,4 +224,56 @@ fn config_policies(loaded: &LoadedConfig) -> Policies {
         (r.match_model.clone(), WeightedRewrite { name: r.name.clone(), targets })
     });
     Policies { objectives: loaded.objectives.clone(), rewrites: rewrites.collect(), fallback: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datastore::Datastore;
+    use crate::scheduling::{FactoryContext, PluginMetrics, Registry};
+    use clap::Parser;
+
+    fn resolve(args: &[&str], config: &str) -> anyhow::Result<Settings> {
+        let ctx = FactoryContext::new(Arc::new(Datastore::new("pool")), PluginMetrics::detached());
+        let loaded = config::load(config, &Registry::with_builtins(), &ctx)?;
+        let cli = Cli::parse_from([&["epp"], args].concat());
+        Settings::resolve(&cli, &loaded)
+    }
+
+    const HEADER: &str = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n";
+
+    #[test]
+    fn one_staleness_setting_unless_the_config_overrides_it() {
+        let flag = ["--secure-serving=false", "--metrics-staleness-threshold", "5s"];
+        let settings = resolve(&flag, HEADER).expect("resolves");
+        assert_eq!(settings.health.staleness, Duration::from_secs(5));
+        assert_eq!(settings.pool_gauges.staleness, Duration::from_secs(5));
+        let explicit = format!("{HEADER}endpointHealth:\n  stalenessThreshold: 1s\n");
+        let settings = resolve(&flag, &explicit).expect("resolves");
+        assert_eq!(settings.health.staleness, Duration::from_secs(1));
+        let settings = resolve(&["--secure-serving=false"], HEADER).expect("resolves");
+        assert_eq!(settings.health.staleness, crate::health::DEFAULT_STALENESS);
+    }
+
+    #[test]
+    fn cross_checks_name_the_flag_and_the_field() {
+        let statics = format!("{HEADER}endpoints:\n- address: 10.0.0.1:8000\n");
+        let args = ["--secure-serving=false", "--endpoints-file", "/nonexistent.yaml"];
+        let error = resolve(&args, &statics).err().expect("an endpoints file and static endpoints conflict");
+        assert!(error.to_string().contains("--endpoints-file"), "{error}");
+        let args =
+            ["--secure-serving=false", "--endpoint-selector", "app=vllm", "--endpoint-target-ports", "8000"];
+        let error = resolve(&args, &statics).err().expect("standalone discovery with static endpoints");
+        assert!(error.to_string().contains("static"), "{error}");
+    }
+
+    #[test]
+    fn static_endpoints_are_scraped_at_the_data_source_url() {
+        let config = format!("{HEADER}endpoints:\n- address: 10.0.0.1:8000\n");
+        let settings =
+            resolve(&["--secure-serving=false", "--endpoints", "10.0.0.2:8000"], &config).expect("resolves");
+        let urls: Vec<_> = settings.endpoints.statics.iter().map(|e| e.metrics_url.clone()).collect();
+        assert_eq!(urls, ["http://10.0.0.2:8000/metrics", "http://10.0.0.1:8000/metrics"]);
+        assert!(settings.endpoints.discovery.is_none() && settings.endpoints.file.is_none());
+    }
 }

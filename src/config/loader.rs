@@ -101,6 +101,10 @@ fn load_document(text: &str, registry: &Registry, ctx: &FactoryContext) -> Resul
         model_rewrites: build_model_rewrites(&raw.model_rewrites)?,
         token_estimator: build_token_estimator(raw.token_estimator.as_ref())?,
         endpoint_health: super::health::build_endpoint_health(raw.endpoint_health.as_ref())?,
+        endpoint_health_staleness_set: raw
+            .endpoint_health
+            .as_ref()
+            .is_some_and(|h| h.staleness_threshold.is_some()),
         data_source,
         extractor_params,
         parser,

@@ -79,6 +79,9 @@ pub struct LoadedConfig {
     pub token_estimator: TokenEstimatorConfig,
     /// epp extension: endpoint health (on, with defaults, when the block is absent).
     pub endpoint_health: crate::health::HealthSettings,
+    /// Whether `endpointHealth.stalenessThreshold` was written. When it was not, the app applies
+    /// `--metrics-staleness-threshold` instead, so one setting says what stale telemetry is.
+    pub endpoint_health_staleness_set: bool,
     /// The metrics scrape settings (`metrics-data-source`; defaults when none is declared).
     pub data_source: DataSourceConfig,
     /// The `core-metrics-extractor` parameters, unvalidated (`None`: none given, use the defaults).
