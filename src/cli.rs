@@ -13,6 +13,7 @@ use crate::discovery::{
 };
 use crate::metrics::DEFAULT_MAX_SERIES_PER_FAMILY;
 
+pub mod knobs;
 mod predictor;
 pub use predictor::{ObjectiveFlag, PredictorFlags, DEFAULT_QUANTILE_ALPHA};
 

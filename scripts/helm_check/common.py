@@ -1,5 +1,6 @@
-"""Paths, the release, and what the chart is checked against: epp's flags (src/cli.rs and the structs it
-flattens), its gRPC health services, the API calls it makes (deploy/helm/epp/api-calls.yaml)."""
+"""Paths, the release, and what the chart is checked against: epp's flags and environment (clap's own
+metadata, through `epp-knobs`), its gRPC health services, the API calls it makes
+(deploy/helm/epp/api-calls.yaml)."""
 
 import re
 from pathlib import Path
@@ -38,28 +39,17 @@ def runs_predictor(config_text):
     return any(isinstance(p, dict) and p.get("type") == "predicted-latency-producer" for p in plugins)
 
 
-def _struct_body(sources, name):
-    for source in sources:
-        start = source.find(f"pub struct {name} {{")
-        if start >= 0:
-            return source[start:source.index("\n}\n", start)]
-    raise CheckFailed(f"no `pub struct {name}` in src/cli.rs or src/cli/")
-
-
-def cli_flags():
-    """Every flag epp takes: the fields of `struct Cli` in src/cli.rs and of the structs it flattens
-    (src/cli/*.rs), kebab-cased as clap does."""
-    cli = ROOT / "src" / "cli.rs"
-    sources = [cli.read_text()] + [p.read_text() for p in sorted((ROOT / "src" / "cli").glob("*.rs"))]
-    flags, pending = set(), ["Cli"]
-    while pending:
-        body = _struct_body(sources, pending.pop())
-        for flatten, name, ty in re.findall(r"(#\[command\(flatten\)\]\s*)?^\s*pub (\w+): ([\w:]+)", body, re.M):
-            if flatten:
-                pending.append(ty.split("::")[-1])
-            else:
-                flags.add(name.replace("_", "-"))
-    return flags
+def _knobs():
+    """epp's flags and environment as clap defines them: the JSON of `epp-knobs` (crates/testkit), the
+    built binary when there is one (`make test` builds it), else through cargo."""
+    import json
+    import os
+    import subprocess
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+    built = target / "debug" / "epp-knobs"
+    argv = [str(built)] if built.is_file() else ["cargo", "run", "-q", "-p", "epp-testkit", "--bin", "epp-knobs"]
+    out = subprocess.run(argv, cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
 
 
 def health_services():
@@ -75,5 +65,12 @@ def parse_duration_seconds(text):
     return sum(float(n) * units[u] for n, u in parts)
 
 
-KNOWN_FLAGS = cli_flags()
+KNOBS = _knobs()
+# Every flag epp takes (long names without "--"), and every environment variable it reads.
+KNOWN_FLAGS = {flag["long"] for flag in KNOBS["flags"]}
+KNOWN_ENV = {flag["env"] for flag in KNOBS["flags"] if flag["env"]} | set(KNOBS["other_environment"])
+# The training-server settings the chart maps must be ones epp reads (as a flag's environment variable).
+_unread = [name for name in PREDICTOR_ENV if name not in KNOWN_ENV]
+if _unread:
+    raise CheckFailed(f"the chart maps training-server settings epp does not read: {_unread}")
 HEALTH_SERVICES = health_services()

@@ -54,6 +54,7 @@ class Effective:
         config = training.get("config") or {}
         self.predictor_env = [{"name": n, "value": _env_value(config[n])} for n in PREDICTOR_ENV
                               if self.predictor and n in config and n not in taken]
+        self.user_env = user_env
         self.env = self.predictor_env + user_env
 
         self.static = bool(merged["endpoints"] or re.search(r"(?m)^endpoints:", self.config)

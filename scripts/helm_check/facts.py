@@ -5,7 +5,7 @@ import hashlib
 
 import yaml
 
-from .common import (CHART, HEALTH_SERVICES, KNOWN_FLAGS, MODEL_DIR, NAMESPACE, RELEASE, expect,
+from .common import (CHART, HEALTH_SERVICES, KNOWN_ENV, KNOWN_FLAGS, MODEL_DIR, NAMESPACE, RELEASE, expect,
                      parse_duration_seconds, runs_predictor)
 from .effective import Effective
 
@@ -143,6 +143,10 @@ def check_predictor(container, pod, args, text, eff):
         expect(volume == want, f"latency-models volume {volume}, want {want}")
     names = [e["name"] for e in container["env"]]
     expect(len(names) == len(set(names)), f"an env name set twice: {names}")
+    # What the chart itself sets (the user's own `env` entries aside) must be something epp reads.
+    user = {e["name"] for e in eff.user_env}
+    unread = [n for n in names if n not in KNOWN_ENV and n not in user]
+    expect(not unread, f"the chart sets environment epp does not read: {unread}")
     mapped = [e for e in container["env"] if e["name"].startswith("LATENCY_")]
     expect(all(e in eff.env for e in mapped), f"latency env {mapped}")
 

@@ -91,3 +91,27 @@ pub struct LoadedConfig {
 
 #[cfg(test)]
 mod tests;
+
+/// The keys of the config's epp extensions and top level, as the schema's own deserialisers name them
+/// (serde's "expected one of" for an unknown key): `(where, keys)`. The knob tests check that docs/
+/// documents each one.
+#[cfg(test)]
+pub(crate) fn schema_keys() -> Vec<(&'static str, Vec<String>)> {
+    fn keys<T: serde::de::DeserializeOwned>() -> Vec<String> {
+        let message = match serde_json::from_str::<T>(r#"{"epp-knob-probe": 0}"#) {
+            Ok(_) => return Vec::new(),
+            Err(error) => error.to_string(),
+        };
+        let expected = message.split_once("expected").map(|(_, rest)| rest).unwrap_or_default();
+        expected.split('`').skip(1).step_by(2).map(str::to_string).collect()
+    }
+    vec![
+        ("the top level", keys::<schema::RawConfig>()),
+        ("endpoints[]", keys::<schema::RawEndpoint>()),
+        ("objectives[]", keys::<schema::RawObjective>()),
+        ("modelRewrites[]", keys::<schema::RawModelRewrite>()),
+        ("modelRewrites[].targets[]", keys::<schema::RawRewriteTarget>()),
+        ("tokenEstimator", keys::<schema::RawTokenEstimator>()),
+        ("endpointHealth", keys::<health::RawEndpointHealth>()),
+    ]
+}
