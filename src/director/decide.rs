@@ -15,8 +15,10 @@ use rand::rngs::SmallRng;
 
 use crate::datastore::Endpoint;
 use crate::error::RequestError;
+use crate::scheduling::profile::{NoTrace, ProfileTrace};
 use crate::scheduling::{
-    Candidate, DispatchInfo, Observer, Pipeline, SaturationDetector, SchedulingRequest, SchedulingResult,
+    Candidate, DispatchInfo, Observer, Pipeline, PluginId, SaturationDetector, SchedulingError,
+    SchedulingRequest, SchedulingResult,
 };
 
 /// Numbers dispatches: unique in the process, so per-request plugin state never collides.
@@ -67,6 +69,24 @@ impl Refusal {
     }
 }
 
+/// What a traced decision reports besides its outcome: the route probe's explanation. Every method
+/// defaults to ignoring it, so [`decide`], which traces into [`NoTrace`], pays nothing for it.
+pub trait DecisionTrace: ProfileTrace {
+    /// Explaining rather than routing: go on past a refusal, to show what the admitters and scheduling
+    /// would have made of the request, and skip the pre-request hooks, so nothing lasting happens.
+    fn explaining(&self) -> bool {
+        false
+    }
+    /// Legacy shedding's verdict (only with a shedding detector).
+    fn shed(&mut self, _shed: bool) {}
+    /// One admitter's verdict, in order.
+    fn admitter(&mut self, _plugin: &PluginId, _verdict: &Result<(), String>) {}
+    /// The scheduling cycle's outcome, whatever refusal came before it.
+    fn scheduled(&mut self, _result: &Result<SchedulingResult, SchedulingError>) {}
+}
+
+impl DecisionTrace for NoTrace {}
+
 /// Decides where `req` goes among `candidates` (whose per-request attributes the producers fill in).
 /// `shedding` is the legacy admission detector, `None` with flow control (which queued the request
 /// instead) or when nothing is shed. `scheduled` is told the outcome of the scheduling cycle — the picked
@@ -81,29 +101,75 @@ pub fn decide(
     observer: &dyn Observer,
     scheduled: &mut dyn FnMut(Option<&Arc<Endpoint>>),
 ) -> Result<Decision, Refusal> {
+    decide_traced(pipeline, shedding, req, candidates, rng, observer, scheduled, &mut NoTrace)
+}
+
+/// [`decide`], telling `trace` each step. The route probe is this function with an explaining trace: the
+/// same checks in the same order, the same random draws, so its pick is `decide`'s.
+#[allow(clippy::too_many_arguments)]
+pub fn decide_traced<T: DecisionTrace + ?Sized>(
+    pipeline: &Pipeline,
+    shedding: Option<&dyn SaturationDetector>,
+    req: &SchedulingRequest<'_>,
+    candidates: &mut [Candidate],
+    rng: &mut SmallRng,
+    observer: &dyn Observer,
+    scheduled: &mut dyn FnMut(Option<&Arc<Endpoint>>),
+    trace: &mut T,
+) -> Result<Decision, Refusal> {
+    let explaining = trace.explaining();
+    // The first refusal wins; explaining goes on past it (returning it at the end), routing stops.
+    let mut refusal = None;
+    let mut refuse = |why: Refusal| {
+        if !explaining {
+            return Err(why);
+        }
+        refusal.get_or_insert(why);
+        Ok(())
+    };
     if let Some(detector) = shedding {
-        if req.priority < 0 && detector.saturation(candidates, req.now) >= 1.0 {
-            return Err(Refusal::Shed);
+        let shed = req.priority < 0 && detector.saturation(candidates, req.now) >= 1.0;
+        trace.shed(shed);
+        if shed {
+            refuse(Refusal::Shed)?;
         }
     }
     pipeline.prepare(req, candidates, observer);
-    pipeline.admit(req, candidates, observer).map_err(|(id, reason, load)| Refusal::NotAdmitted {
-        plugin: id.name,
-        reason,
-        load,
-    })?;
-    let result = match pipeline.schedule(req, candidates, rng, observer) {
+    let admitted =
+        pipeline.admit_traced(req, candidates, observer, explaining, &mut |id, v| trace.admitter(id, v));
+    if let Err((id, reason, load)) = admitted {
+        refuse(Refusal::NotAdmitted { plugin: id.name, reason, load })?;
+    }
+    let result = pipeline.schedule_traced(req, candidates, rng, observer, trace);
+    trace.scheduled(&result);
+    let result = match result {
         Ok(result) => result,
         Err(e) => {
             scheduled(None);
-            return Err(Refusal::NoEndpoint(e.to_string()));
+            return Err(refusal.unwrap_or(Refusal::NoEndpoint(e.to_string())));
         }
     };
+    if let Some(why) = refusal {
+        return Err(why);
+    }
     let endpoint = result.targets().first().cloned().ok_or(Refusal::NoTarget)?;
     scheduled(Some(&endpoint));
+    let dispatch = dispatch_info(req, candidates, endpoint);
+    if !explaining {
+        pipeline.pre_request(req, &result, &dispatch, observer);
+    }
+    Ok(Decision { result, dispatch })
+}
+
+/// The dispatch record of `req` to `endpoint`, with the attributes the producers wrote for it.
+fn dispatch_info(
+    req: &SchedulingRequest<'_>,
+    candidates: &[Candidate],
+    endpoint: Arc<Endpoint>,
+) -> DispatchInfo {
     let attrs =
         candidates.iter().find(|c| Arc::ptr_eq(&c.endpoint, &endpoint)).map(|c| c.attrs).unwrap_or_default();
-    let dispatch = DispatchInfo {
+    DispatchInfo {
         dispatch_id: NEXT_DISPATCH.fetch_add(1, Ordering::Relaxed),
         request_id: req.request_id.to_string(),
         target_model: req.target_model.to_string(),
@@ -116,7 +182,5 @@ pub fn decide(
         // processing.
         dispatched_at: req.now,
         attrs,
-    };
-    pipeline.pre_request(req, &result, &dispatch, observer);
-    Ok(Decision { result, dispatch })
+    }
 }

@@ -219,17 +219,23 @@ impl Director {
     /// The candidates: the pool now, narrowed by the subset hint (503 when nothing is left), less the
     /// endpoints that are stale or ejected (unless that would leave none: health fails open).
     pub fn candidates(&self, req: &IncomingRequest) -> Result<Vec<Candidate>, RequestError> {
-        let pool = self.datastore.endpoints();
-        if pool.is_empty() {
-            return Err(RequestError::unavailable("no endpoints available in the pool"));
-        }
-        let mut located = locate(&pool, &req.subset, self.options.subset_match);
-        if located.is_empty() {
-            return Err(RequestError::unavailable(NO_CANDIDATES));
-        }
+        let mut located = self.located(req)?;
         if let Some(health) = &self.health {
             health.retain_admitted(&mut located, Instant::now());
         }
         Ok(located.into_iter().map(Candidate::new).collect())
+    }
+
+    /// The pool now, narrowed by the subset hint: 503 when the pool is empty or nothing is left.
+    fn located(&self, req: &IncomingRequest) -> Result<Vec<Arc<Endpoint>>, RequestError> {
+        let pool = self.datastore.endpoints();
+        if pool.is_empty() {
+            return Err(RequestError::unavailable("no endpoints available in the pool"));
+        }
+        let located = locate(&pool, &req.subset, self.options.subset_match);
+        if located.is_empty() {
+            return Err(RequestError::unavailable(NO_CANDIDATES));
+        }
+        Ok(located)
     }
 }

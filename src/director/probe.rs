@@ -7,9 +7,10 @@
 //! producers, every admitter, and the scheduling profiles traced step by step — and stops before anything
 //! lasting: no flow-control enqueue, no pre-request hooks (in-flight counters, prefix index, the latency
 //! producer's records), no request, scheduler or prediction metrics (the scheduling request is marked
-//! `dry_run`). Its pick equals `decide`'s for the same snapshot and
-//! random state: both run [`crate::scheduling::Pipeline::schedule_traced`]'s one implementation, and the
-//! probe seeds its generator from `seed` (reported, so a decision can be replayed).
+//! `dry_run`). It is not a copy of the decision: it is [`super::decide::decide_traced`] with an explaining
+//! trace, over candidates chosen by the director's own pool, subset and health rule, so its pick equals
+//! `decide`'s for the same snapshot and random state; it seeds its generator from `seed` (reported, so a
+//! decision can be replayed).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,18 +18,21 @@ use std::time::Instant;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
+use super::decide::{decide_traced, DecisionTrace};
 use super::probe_view::{
     AdmitterVerdict, CandidateView, PickView, ProfileExplain, ProfileView, RefusalView, RouteExplanation,
     SloView,
 };
-use super::{Director, DirectorMetrics, IncomingRequest, Refusal};
-use crate::datastore::{locate, Endpoint, SubsetHint};
+use super::{Decision, Director, DirectorMetrics, IncomingRequest, Refusal};
+use crate::datastore::{Endpoint, SubsetHint};
 use crate::error::RequestError;
 use crate::metrics::MetricsRegistry;
 use crate::request::Headers;
+use crate::scheduling::profile::ProfileTrace;
+use crate::scheduling::types::ScoredCandidate;
 use crate::scheduling::{
-    Candidate, NoopObserver, Pipeline, SaturationDetector, SchedulingError, SchedulingRequest,
-    SchedulingResult,
+    Candidate, NoopObserver, Pipeline, PluginId, SaturationDetector, SchedulingError, SchedulingRequest,
+    SchedulingResult, WeightedScorer,
 };
 use crate::wire::SUBSET_KEY;
 
@@ -50,24 +54,67 @@ pub struct Explained {
     pub shed: bool,
     pub admitters: Vec<AdmitterVerdict>,
     pub profiles: Vec<ProfileView>,
-    pub result: Result<SchedulingResult, SchedulingError>,
-    /// Why `decide` would refuse the request, in `decide`'s order of checks.
-    pub refusal: Option<Refusal>,
+    /// The primary profile of the scheduling cycle, when it produced a result (refused or not).
+    pub primary_profile: Option<String>,
+    /// `decide`'s own outcome: the decision (never booked: no pre-request hooks ran) or its refusal.
+    pub outcome: Result<Decision, Refusal>,
 }
 
 impl Explained {
     /// The endpoint `decide` would pick (`None` when it would refuse).
     pub fn pick(&self) -> Option<&Arc<Endpoint>> {
-        if self.refusal.is_some() {
-            return None;
-        }
-        self.result.as_ref().ok()?.targets().first()
+        self.outcome.as_ref().ok().map(Decision::primary)
     }
 }
 
-/// [`super::decide`] without its lasting step (the pre-request hooks), explaining each stage. Unlike
-/// `decide` it goes on past a refusal, so the profiles show what scheduling would have made of the
-/// request; `rng` is then drawn from as `decide` would not, which cannot change a pick that is not made.
+/// The probe's trace of [`decide_traced`]: every verdict, every profile step.
+#[derive(Default)]
+struct Explaining {
+    shed: bool,
+    admitters: Vec<AdmitterVerdict>,
+    profiles: ProfileExplain,
+    primary_profile: Option<String>,
+}
+
+impl ProfileTrace for Explaining {
+    fn started(&mut self, name: &str, candidates: &[Candidate]) {
+        self.profiles.started(name, candidates)
+    }
+    fn filtered(&mut self, filter: &PluginId, kept: &[usize]) {
+        self.profiles.filtered(filter, kept)
+    }
+    fn scored(&mut self, scorer: &WeightedScorer, kept: &[usize], raw: &[f64]) {
+        self.profiles.scored(scorer, kept, raw)
+    }
+    fn picked(&mut self, picker: &PluginId, scored: &[ScoredCandidate], picked: &[usize]) {
+        self.profiles.picked(picker, scored, picked)
+    }
+}
+
+impl DecisionTrace for Explaining {
+    fn explaining(&self) -> bool {
+        true
+    }
+    fn shed(&mut self, shed: bool) {
+        self.shed = shed;
+    }
+    fn admitter(&mut self, plugin: &PluginId, verdict: &Result<(), String>) {
+        let reason = verdict.as_ref().err().cloned();
+        self.admitters.push(AdmitterVerdict {
+            plugin: plugin.name.clone(),
+            admitted: reason.is_none(),
+            reason,
+        });
+    }
+    fn scheduled(&mut self, result: &Result<SchedulingResult, SchedulingError>) {
+        self.primary_profile = result.as_ref().ok().map(|r| r.primary_profile.clone());
+    }
+}
+
+/// [`decide_traced`] with an explaining trace: `decide`'s own steps, without the lasting one (the
+/// pre-request hooks), going on past a refusal so the profiles show what scheduling would have made of
+/// the request (`rng` is then drawn from as `decide` would not, which cannot change a pick that is not
+/// made).
 pub fn explain(
     pipeline: &Pipeline,
     shedding: Option<&dyn SaturationDetector>,
@@ -75,33 +122,16 @@ pub fn explain(
     candidates: &mut [Candidate],
     rng: &mut SmallRng,
 ) -> Explained {
-    let shed = shedding.is_some_and(|d| req.priority < 0 && d.saturation(candidates, req.now) >= 1.0);
-    pipeline.prepare(req, candidates, &NoopObserver);
-    let mut denial = None;
-    let admitters = pipeline
-        .admitters
-        .iter()
-        .map(|(id, a)| {
-            let verdict = a.admit(req, candidates);
-            if let (Err(reason), None) = (&verdict, &denial) {
-                denial = Some(Refusal::NotAdmitted {
-                    plugin: id.name.clone(),
-                    reason: reason.clone(),
-                    load: a.denial_is_load(),
-                });
-            }
-            AdmitterVerdict { plugin: id.name.clone(), admitted: verdict.is_ok(), reason: verdict.err() }
-        })
-        .collect();
-    let mut trace = ProfileExplain::default();
-    let result = pipeline.schedule_traced(req, candidates, rng, &NoopObserver, &mut trace);
-    let scheduling = match &result {
-        Err(e) => Some(Refusal::NoEndpoint(e.to_string())),
-        Ok(r) if r.targets().is_empty() => Some(Refusal::NoTarget),
-        Ok(_) => None,
-    };
-    let refusal = shed.then_some(Refusal::Shed).or(denial).or(scheduling);
-    Explained { shed, admitters, profiles: trace.profiles, result, refusal }
+    let mut trace = Explaining::default();
+    let outcome =
+        decide_traced(pipeline, shedding, req, candidates, rng, &NoopObserver, &mut |_| {}, &mut trace);
+    Explained {
+        shed: trace.shed,
+        admitters: trace.admitters,
+        profiles: trace.profiles.profiles,
+        primary_profile: trace.primary_profile,
+        outcome,
+    }
 }
 
 /// The probe: a shadow of the server's director whose request metrics are never exported, so what
@@ -146,17 +176,13 @@ impl RouteProbe {
         let sreq = SchedulingRequest { dry_run: true, ..prepared.scheduling_request(&req, Instant::now()) };
         let explained =
             explain(&d.pipeline, d.admission.shedding_detector(), &sreq, &mut candidates, &mut rng);
-        let pick = explained.pick().map(|primary| PickView {
-            endpoint: primary.name.clone(),
-            address: primary.host_port.clone(),
-            fallbacks: explained
-                .result
-                .as_ref()
-                .map(|r| r.targets().iter().skip(1).map(|e| e.host_port.clone()).collect())
-                .unwrap_or_default(),
+        let pick = explained.outcome.as_ref().ok().map(|decision| PickView {
+            endpoint: decision.primary().name.clone(),
+            address: decision.primary().host_port.clone(),
+            fallbacks: decision.result.targets().iter().skip(1).map(|e| e.host_port.clone()).collect(),
         });
-        let refusal = explained.refusal.clone().map(|r| {
-            let e = r.into_request_error();
+        let refusal = explained.outcome.as_ref().err().map(|r| {
+            let e = r.clone().into_request_error();
             RefusalView { status: e.code.http_status(), reason: e.message }
         });
         Ok(RouteExplanation {
@@ -174,7 +200,7 @@ impl RouteProbe {
             admitters: explained.admitters,
             excluded_by_health,
             candidates: candidates.iter().map(CandidateView::from).collect(),
-            primary_profile: explained.result.as_ref().ok().map(|r| r.primary_profile.clone()),
+            primary_profile: explained.primary_profile,
             profiles: explained.profiles,
             pick,
             refusal,
@@ -182,30 +208,13 @@ impl RouteProbe {
     }
 
     /// [`Director::candidates`] without its side effect (health's fail-open counter), also naming the
-    /// endpoints health excluded.
+    /// endpoints health excluded: the same pool, subset and health rule.
     fn candidates(&self, req: &IncomingRequest) -> Result<(Vec<Candidate>, Vec<String>), RequestError> {
         let d = &self.shadow;
-        let pool = d.datastore.endpoints();
-        if pool.is_empty() {
-            return Err(RequestError::unavailable("no endpoints available in the pool"));
-        }
-        let mut located = locate(&pool, &req.subset, d.options.subset_match);
-        if located.is_empty() {
-            return Err(RequestError::unavailable(super::NO_CANDIDATES));
-        }
+        let mut located = d.located(req)?;
         let mut excluded = Vec::new();
         if let Some(health) = &d.health {
-            let now = Instant::now();
-            // Health fails open: when it would exclude every endpoint, none is excluded.
-            if located.iter().any(|e| health.admits(e, now)) {
-                located.retain(|e| {
-                    let admitted = health.admits(e, now);
-                    if !admitted {
-                        excluded.push(e.host_port.clone());
-                    }
-                    admitted
-                });
-            }
+            health.exclude(&mut located, Instant::now(), &mut |e| excluded.push(e.host_port.clone()));
         }
         Ok((located.into_iter().map(Candidate::new).collect(), excluded))
     }

@@ -46,6 +46,15 @@ impl Default for HealthSettings {
 /// kubernetes-sigs/gateway-api-inference-extension:cmd/epp/runner/runner.go): forty missed 50 ms scrapes.
 pub const DEFAULT_STALENESS: Duration = Duration::from_secs(2);
 
+/// What [`HealthMonitor::exclude`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exclusion {
+    /// The endpoints that may not receive a request were dropped (possibly none).
+    Applied,
+    /// None may, so none was dropped: health fails open rather than halt serving.
+    FailedOpen,
+}
+
 /// What an endpoint is, health-wise, at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HealthState {
@@ -123,16 +132,36 @@ impl HealthMonitor {
         breaker_admits && !self.is_stale(endpoint, now)
     }
 
-    /// Drops the endpoints that may not receive a request now; keeps them all when none may (fail open).
+    /// Drops the endpoints that may not receive a request now; keeps them all when none may (fail open,
+    /// counted in `epp_endpoint_health_fail_open_total`).
     pub fn retain_admitted(&self, candidates: &mut Vec<Arc<Endpoint>>, now: Instant) {
-        if !self.settings.enabled {
-            return;
-        }
-        if candidates.iter().any(|e| self.admits(e, now)) {
-            candidates.retain(|e| self.admits(e, now));
-        } else if !candidates.is_empty() {
+        if self.exclude(candidates, now, &mut |_| {}) == Exclusion::FailedOpen {
             self.metrics.record_fail_open();
         }
+    }
+
+    /// The rule of [`retain_admitted`](Self::retain_admitted) without its counter, telling `excluded`
+    /// each endpoint it drops (the route probe names them).
+    pub fn exclude(
+        &self,
+        candidates: &mut Vec<Arc<Endpoint>>,
+        now: Instant,
+        excluded: &mut dyn FnMut(&Endpoint),
+    ) -> Exclusion {
+        if !self.settings.enabled || candidates.is_empty() {
+            return Exclusion::Applied;
+        }
+        if !candidates.iter().any(|e| self.admits(e, now)) {
+            return Exclusion::FailedOpen;
+        }
+        candidates.retain(|e| {
+            let admitted = self.admits(e, now);
+            if !admitted {
+                excluded(e);
+            }
+            admitted
+        });
+        Exclusion::Applied
     }
 
     /// A request was dispatched to `endpoint`; true when it is the endpoint's half-open probe.

@@ -85,19 +85,39 @@ impl Pipeline {
         }
     }
 
-    /// Runs the admitters; the first denial wins.
+    /// Runs the admitters; the first denial wins: `(admitter, reason, whether the denial means load)`.
     pub fn admit(
         &self,
         req: &SchedulingRequest<'_>,
         candidates: &[Candidate],
         obs: &dyn Observer,
     ) -> Result<(), (PluginId, String, bool)> {
+        self.admit_traced(req, candidates, obs, false, &mut |_, _| {})
+    }
+
+    /// [`admit`](Self::admit), telling `verdict` each admitter's answer. With `all`, the admitters after
+    /// a denial run too (the route probe shows every verdict); the first denial still wins.
+    pub fn admit_traced(
+        &self,
+        req: &SchedulingRequest<'_>,
+        candidates: &[Candidate],
+        obs: &dyn Observer,
+        all: bool,
+        verdict: &mut dyn FnMut(&PluginId, &Result<(), String>),
+    ) -> Result<(), (PluginId, String, bool)> {
+        let mut denial = None;
         for (id, a) in &self.admitters {
-            let mut verdict = Ok(());
-            obs.time(ExtensionPoint::Admit, id, &mut || verdict = a.admit(req, candidates));
-            verdict.map_err(|reason| (id.clone(), reason, a.denial_is_load()))?;
+            let mut answer = Ok(());
+            obs.time(ExtensionPoint::Admit, id, &mut || answer = a.admit(req, candidates));
+            verdict(id, &answer);
+            if let Err(reason) = answer {
+                denial.get_or_insert_with(|| (id.clone(), reason, a.denial_is_load()));
+                if !all {
+                    break;
+                }
+            }
         }
-        Ok(())
+        denial.map_or(Ok(()), Err)
     }
 
     /// One scheduling cycle over `candidates`: the profile handler chooses profiles until it has none left,
