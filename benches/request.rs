@@ -68,11 +68,11 @@ fn bench_parse(c: &mut Criterion) {
     let mut group = c.benchmark_group("parse_request");
     group.throughput(Throughput::Bytes(chat.len() as u64));
     group.bench_function("chat_220KB", |b| {
-        b.iter(|| parse_request("/v1/chat/completions", black_box(&chat)).map(|p| p.prefix_span.len()))
+        b.iter(|| parse_request("/v1/chat/completions", black_box(&chat)).map(|p| p.prefix_span.len()));
     });
     group.throughput(Throughput::Bytes(completions.len() as u64));
     group.bench_function("completions_220KB", |b| {
-        b.iter(|| parse_request("/v1/completions", black_box(&completions)).map(|p| p.prefix_span.len()))
+        b.iter(|| parse_request("/v1/completions", black_box(&completions)).map(|p| p.prefix_span.len()));
     });
     group.finish();
 }
@@ -86,7 +86,7 @@ fn bench_splice(c: &mut Criterion) {
     let mut group = c.benchmark_group("splice_model");
     group.throughput(Throughput::Bytes(chat.len() as u64));
     group.bench_function("chat_220KB", |b| {
-        b.iter(|| splice_model(black_box(&chat), span.clone(), "llama-3.1-8b-lora-finance").len())
+        b.iter(|| splice_model(black_box(&chat), span.clone(), "llama-3.1-8b-lora-finance").len());
     });
     group.finish();
 }
@@ -103,7 +103,7 @@ fn bench_response(c: &mut Criterion) {
                 scanner.feed(black_box(chunk));
             }
             scanner.usage()
-        })
+        });
     });
     group.bench_function("rewrite_model_200_chunks", |b| {
         b.iter(|| {
@@ -114,7 +114,7 @@ fn bench_response(c: &mut Criterion) {
                 rewritten += out.map_or(0, |o| o.len());
             }
             rewritten
-        })
+        });
     });
     group.finish();
 }

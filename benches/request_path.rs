@@ -183,7 +183,7 @@ fn bench(c: &mut Criterion) {
                 let chunks = responses::streamed_body(&request.body, true, true);
                 criterion::black_box((headers, chunks));
                 drop(routed);
-            })
+            });
         });
     }
 }
@@ -208,7 +208,7 @@ fn bench_recording(c: &mut Criterion) {
             metrics.record_ttft(labels, latency, true);
             metrics.record_response(labels, latency, 2048, usage);
             metrics.running_dec(labels);
-        })
+        });
     });
 }
 
@@ -234,7 +234,7 @@ fn bench_during_retrain(c: &mut Criterion) {
                 let routed = rt.block_on(director.route(&request)).expect("routed");
                 criterion::black_box(&routed.mutation);
                 drop(routed);
-            })
+            });
         });
     };
     route("request_path_retrain/8KB_chat_100_endpoints_predicted_latency_idle");

@@ -187,7 +187,7 @@ fn bench_decision(c: &mut Criterion) {
                         endpoints.iter().cloned().map(Candidate::new).collect();
                     pipeline.prepare(&sreq, &mut candidates, &obs);
                     pipeline.schedule(&sreq, &candidates, &mut rng, &obs).expect("schedule")
-                })
+                });
             });
         }
     }
@@ -201,11 +201,11 @@ fn bench_prefix_hashing(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(prompt.len() as u64));
     // Default producer settings: 64-char blocks, 256 blocks max (the first 16 KB).
     group.bench_function("8k_tokens_default_cap", |b| {
-        b.iter(|| prefix_block_hashes(MODEL, None, prompt.as_bytes(), 64, 256, &mut out))
+        b.iter(|| prefix_block_hashes(MODEL, None, prompt.as_bytes(), 64, 256, &mut out));
     });
     // The whole prompt: 512 blocks.
     group.bench_function("8k_tokens_full", |b| {
-        b.iter(|| prefix_block_hashes(MODEL, None, prompt.as_bytes(), 64, usize::MAX, &mut out))
+        b.iter(|| prefix_block_hashes(MODEL, None, prompt.as_bytes(), 64, usize::MAX, &mut out));
     });
     group.finish();
 }

@@ -161,10 +161,10 @@ fn bench_extract(c: &mut Criterion) {
     let mut group = c.benchmark_group("telemetry");
     group.throughput(Throughput::Bytes(page.len() as u64));
     group.bench_function("extract_vllm_150k", |b| {
-        b.iter(|| extract(black_box(page.as_bytes()), &vllm, &previous, now))
+        b.iter(|| extract(black_box(page.as_bytes()), &vllm, &previous, now));
     });
     group.bench_function("parse_all_vllm_150k", |b| {
-        b.iter(|| parser::parse_all(black_box(page.as_bytes())).map(|s| s.value).sum::<f64>())
+        b.iter(|| parser::parse_all(black_box(page.as_bytes())).map(|s| s.value).sum::<f64>());
     });
     group.finish();
 }

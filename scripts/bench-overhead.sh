@@ -71,7 +71,7 @@ run_micro() {
   local since
   since=$(date +%s)
   echo "== criterion micro-benchmarks (cargo bench)"
-  ${CARGO:-cargo} bench
+  ${CARGO:-cargo} bench -p epp -p epp-predictor
   {
     machine "cargo bench (criterion defaults)"
     echo

@@ -66,7 +66,7 @@ async fn readiness(epp: &Server) -> i32 {
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", epp.health_addr)).expect("uri");
     let mut health = HealthClient::new(channel.connect().await.expect("health port"));
     let request = HealthCheckRequest { service: "envoy.service.ext_proc.v3.ExternalProcessor".into() };
-    health.check(request).await.map(|r| r.into_inner().status).unwrap_or(-1)
+    health.check(request).await.map_or(-1, |r| r.into_inner().status)
 }
 
 #[tokio::test]

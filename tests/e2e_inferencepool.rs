@@ -213,7 +213,7 @@ async fn wait_for_endpoints(epp: &Server, want: &[&str]) {
 }
 
 fn pods(names: &[&str]) -> BTreeSet<String> {
-    names.iter().map(|n| n.to_string()).collect()
+    names.iter().map(std::string::ToString::to_string).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

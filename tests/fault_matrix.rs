@@ -77,7 +77,7 @@ impl Fleet {
             stack,
             ports,
             replicas,
-            backend_args: backend_args.iter().map(|s| s.to_string()).collect(),
+            backend_args: backend_args.iter().map(std::string::ToString::to_string).collect(),
             extra_args: !extra.is_empty(),
         };
         for index in 0..count {

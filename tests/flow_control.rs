@@ -79,7 +79,7 @@ impl Epp {
             format!("--config-text={config}"),
         ];
         if !endpoints.is_empty() {
-            let list: Vec<String> = endpoints.iter().map(|a| a.to_string()).collect();
+            let list: Vec<String> = endpoints.iter().map(std::string::ToString::to_string).collect();
             args.push(format!("--endpoints={}", list.join(",")));
         }
         let hooks = ServerHooks {

@@ -50,7 +50,7 @@ async fn status(epp: &Server, service: &str) -> i32 {
     };
     let Ok(channel) = channel.connect().await else { return -1 };
     let request = HealthCheckRequest { service: service.into() };
-    HealthClient::new(channel).check(request).await.map(|r| r.into_inner().status).unwrap_or(-1)
+    HealthClient::new(channel).check(request).await.map_or(-1, |r| r.into_inner().status)
 }
 
 /// Ready as the gateway and the kubelet see it: readiness and the ext_proc health service both serving.

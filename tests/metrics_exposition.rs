@@ -288,7 +288,7 @@ fn pool_gauges_use_fresh_endpoints_and_prune_departed_ones() {
         waiting_queue_size: queue,
         running_requests: running,
         kv_cache_usage: kv,
-        update_time: Some(now - age),
+        update_time: Some(now.checked_sub(age).expect("after boot")),
         ..Default::default()
     };
     let eps: Vec<Arc<Endpoint>> = (0..3)

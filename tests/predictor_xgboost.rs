@@ -25,8 +25,7 @@ use epp_testkit::{manifest_dir, missing_tool};
 /// developer opted out ([`missing_tool`]).
 fn python_with_xgboost(test_name: &str) -> Option<PathBuf> {
     let python = std::env::var_os("PREDICTOR_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join(".venv/bin/python"));
+        .map_or_else(|| manifest_dir().join(".venv/bin/python"), PathBuf::from);
     let works = Command::new(&python)
         .args(["-c", "import xgboost, numpy"])
         .output()
@@ -206,7 +205,9 @@ fn xgboost_loads_epp_models_and_predicts_what_epp_predicts() {
         let expected: Vec<f32> = read_csv(&dir.path().join("model.pred")).concat();
         let mut got = vec![0.0; expected.len()];
         forest.predict_batch(&test_x, &mut got);
-        got.iter_mut().for_each(|margin| *margin = objective.output(*margin));
+        for margin in &mut got {
+            *margin = objective.output(*margin);
+        }
         for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
             let tolerance = 1e-5 * e.abs().max(1.0);
             assert!((g - e).abs() <= tolerance, "{name} row {i}: epp {g}, xgboost {e}");
@@ -216,7 +217,9 @@ fn xgboost_loads_epp_models_and_predicts_what_epp_predicts() {
             .expect("epp reads xgboost's re-save");
         let mut again = vec![0.0; expected.len()];
         resaved.forest.predict_batch(&test_x, &mut again);
-        again.iter_mut().for_each(|margin| *margin = objective.output(*margin));
+        for margin in &mut again {
+            *margin = objective.output(*margin);
+        }
         // reg:gamma's base score goes through exp and ln on the way: equal to rounding, not to the bit.
         let same = |a: f32, b: f32| match objective {
             Objective::LogSquaredError => (a - b).abs() <= 1e-5 * a.abs().max(1.0),

@@ -149,7 +149,7 @@ pub(super) fn director(
     let observer: Arc<dyn Observer> = {
         let m = core.director_metrics.scheduler.clone();
         Arc::new(TimingObserver::new(move |point, id, secs| {
-            m.observe_plugin(point.as_str(), id.type_name, &id.name, secs)
+            m.observe_plugin(point.as_str(), id.type_name, &id.name, secs);
         }))
     };
     let director = Director::new(

@@ -32,7 +32,7 @@ pub fn flags() -> Vec<Flag> {
         .get_arguments()
         .filter_map(|arg| {
             let long = arg.get_long()?.to_string();
-            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let help = arg.get_help().map(std::string::ToString::to_string).unwrap_or_default();
             let mut choices: Vec<String> =
                 arg.get_possible_values().iter().map(|v| v.get_name().to_string()).collect();
             if choices == ["true", "false"] {

@@ -141,7 +141,9 @@ pub(crate) fn build_model_rewrites(raw: &[RawModelRewrite]) -> Result<Vec<ModelR
         }
         if targets.iter().all(|t| t.weight == 0.0) {
             // All-zero weights mean "no preference": split evenly instead of never routing.
-            targets.iter_mut().for_each(|t| t.weight = 1.0);
+            for t in &mut targets {
+                t.weight = 1.0;
+            }
         }
         out.push(ModelRewrite { name: r.name.clone(), match_model: r.match_model.clone(), targets });
     }

@@ -26,12 +26,12 @@ pub fn default_producer(key: DataKey) -> Option<&'static str> {
 
 /// Everything `plugin` reads: its declared consumption plus its producer half's.
 fn consumed(plugin: &BuiltPlugin) -> impl Iterator<Item = DataKey> + '_ {
-    let from_producer = plugin.producer.as_ref().map(|p| p.consumes()).unwrap_or(&[]);
+    let from_producer = plugin.producer.as_ref().map_or(&[][..], |p| p.consumes());
     plugin.consumes.iter().copied().chain(from_producer.iter().copied())
 }
 
 fn produced(plugin: &BuiltPlugin) -> &'static [DataKey] {
-    plugin.producer.as_ref().map(|p| p.produces()).unwrap_or(&[])
+    plugin.producer.as_ref().map_or(&[], |p| p.produces())
 }
 
 /// The first consumed key nobody produces, with the name of a consumer.

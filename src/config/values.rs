@@ -79,7 +79,7 @@ impl<'de> Deserialize<'de> for Quantity {
         struct QuantityVisitor;
         impl Visitor<'_> for QuantityVisitor {
             type Value = Quantity;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a non-negative quantity such as 5000, \"10Gi\" or \"500M\"")
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Quantity, E> {
@@ -127,7 +127,7 @@ impl<'de> Deserialize<'de> for GoDuration {
         struct DurationVisitor;
         impl Visitor<'_> for DurationVisitor {
             type Value = GoDuration;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a duration string such as \"60s\" or \"200ms\"")
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<GoDuration, E> {

@@ -113,7 +113,10 @@ fn a_failed_probe_doubles_the_ejection_up_to_the_cap() {
                 ejections: n
             })
         );
-        assert_eq!(h.state(now + Duration::from_secs(secs) - ms(1)), BreakerState::Open);
+        assert_eq!(
+            h.state((now + Duration::from_secs(secs)).checked_sub(ms(1)).expect("after the epoch")),
+            BreakerState::Open
+        );
         assert_eq!(h.state(now + Duration::from_secs(secs)), BreakerState::HalfOpen);
     }
 }

@@ -74,7 +74,8 @@ impl ActiveRequest {
         let pipeline = director.pipeline.clone();
         let observer = director.observer.clone();
         // Completions wake the flow controller's dispatcher (capacity may have freed).
-        let dispatch_waker = director.admission.flow_controller().map(|fc| fc.waker());
+        let dispatch_waker =
+            director.admission.flow_controller().map(crate::flowcontrol::FlowController::waker);
         metrics.running_inc(labels.as_labels());
         let health = director.health.clone();
         let probe = health.as_ref().is_some_and(|h| h.on_dispatch(&info.endpoint, Instant::now()));

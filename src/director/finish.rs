@@ -77,7 +77,7 @@ pub fn routing_mutation(
     let remove_headers = CONTROL_HEADERS
         .iter()
         .filter(|h| **h != DESTINATION_KEY && req.headers.contains(h))
-        .map(|h| h.to_string())
+        .map(std::string::ToString::to_string)
         .collect();
     let scores = if emit_scores { result.primary().map(scores_json) } else { None };
     RoutingMutation { destination, set_headers, remove_headers, content_length, scores }

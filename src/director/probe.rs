@@ -78,16 +78,16 @@ struct Explaining {
 
 impl ProfileTrace for Explaining {
     fn started(&mut self, name: &str, candidates: &[Candidate]) {
-        self.profiles.started(name, candidates)
+        self.profiles.started(name, candidates);
     }
     fn filtered(&mut self, filter: &PluginId, kept: &[usize]) {
-        self.profiles.filtered(filter, kept)
+        self.profiles.filtered(filter, kept);
     }
     fn scored(&mut self, scorer: &WeightedScorer, kept: &[usize], raw: &[f64]) {
-        self.profiles.scored(scorer, kept, raw)
+        self.profiles.scored(scorer, kept, raw);
     }
     fn picked(&mut self, picker: &PluginId, scored: &[ScoredCandidate], picked: &[usize]) {
-        self.profiles.picked(picker, scored, picked)
+        self.profiles.picked(picker, scored, picked);
     }
 }
 

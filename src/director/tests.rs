@@ -266,7 +266,7 @@ schedulingProfiles:
     let mut candidates = d.candidates(&req).unwrap();
     let mut failed = 0;
     let refusal = decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver, &mut |p| {
-        failed += usize::from(p.is_none())
+        failed += usize::from(p.is_none());
     })
     .unwrap_err();
     assert_eq!(failed, 1, "a failed scheduling cycle is reported (a failed scheduler attempt)");

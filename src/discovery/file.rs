@@ -190,7 +190,7 @@ pub fn start(
                     last = bytes;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "file discovery: reload failed; keeping the last endpoints")
+                    tracing::warn!(error = %e, "file discovery: reload failed; keeping the last endpoints");
                 }
             }
         }

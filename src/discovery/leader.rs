@@ -142,7 +142,7 @@ impl Elector {
             let deadline = self.config.renew_deadline;
             match tokio::time::timeout(deadline, self.release()).await {
                 Ok(Ok(())) => {
-                    tracing::info!(lease = %self.config.lease_name, "leader election: lease released")
+                    tracing::info!(lease = %self.config.lease_name, "leader election: lease released");
                 }
                 Ok(Err(e)) => tracing::warn!(error = %e, "leader election: could not release the lease"),
                 Err(_) => tracing::warn!("leader election: releasing the lease timed out"),

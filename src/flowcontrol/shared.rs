@@ -27,7 +27,7 @@ impl DispatchWaker {
     }
 
     pub(super) async fn woken(&self) {
-        self.0.notified().await
+        self.0.notified().await;
     }
 }
 

@@ -36,7 +36,7 @@ fn stale_and_ejected_endpoints_leave_the_candidates() {
     let (a, b, c) = (endpoint("a", 1), endpoint("b", 2), endpoint("c", 3));
     let now = a.joined_at + Duration::from_secs(10);
     scraped(&a, now);
-    scraped(&b, now - Duration::from_secs(3)); // stale
+    scraped(&b, now.checked_sub(Duration::from_secs(3)).expect("3 s after boot")); // stale
     scraped(&c, now);
     m.on_status(&c, 503, false, now);
     m.on_status(&c, 502, false, now); // ejected

@@ -42,7 +42,7 @@ impl EncodeLabelValue for LabelValue {
     /// prometheus-client writes label values verbatim, and these values can come from a request body:
     /// escape them as the exposition format requires so a quote or newline cannot break (or forge)
     /// series.
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
         let value = self.as_str();
         if !value.contains(['\\', '"', '\n']) {
             return encoder.write_str(value);

@@ -49,7 +49,7 @@ pub struct NoopObserver;
 
 impl Observer for NoopObserver {
     fn time(&self, _point: ExtensionPoint, _id: &PluginId, f: &mut dyn FnMut()) {
-        f()
+        f();
     }
 }
 

@@ -152,7 +152,7 @@ impl Pipeline {
             loop {
                 let mut next = Vec::new();
                 obs.time(ExtensionPoint::ProfilePicker, handler_id, &mut || {
-                    next = handler.pick_profiles(req, &self.profile_names, &done)
+                    next = handler.pick_profiles(req, &self.profile_names, &done);
                 });
                 if next.is_empty() {
                     break;
@@ -175,7 +175,7 @@ impl Pipeline {
         })?;
         let mut primary = Err(String::new());
         obs.time(ExtensionPoint::ProcessProfilesResults, handler_id, &mut || {
-            primary = handler.primary_profile(&results)
+            primary = handler.primary_profile(&results);
         });
         let primary_profile = primary.map_err(SchedulingError::Handler)?;
         Ok(SchedulingResult { profile_results: results, primary_profile })
@@ -203,7 +203,7 @@ impl Pipeline {
     ) {
         for (id, h) in &self.response_hooks {
             obs.time(ExtensionPoint::ResponseReceived, id, &mut || {
-                h.on_response_headers(info, status, served, set_headers)
+                h.on_response_headers(info, status, served, set_headers);
             });
         }
     }
@@ -218,7 +218,7 @@ impl Pipeline {
     ) {
         for (id, h) in &self.response_hooks {
             obs.time(ExtensionPoint::ResponseStreaming, id, &mut || {
-                h.on_response_chunk(info, chunk, first, now)
+                h.on_response_chunk(info, chunk, first, now);
             });
         }
     }

@@ -168,7 +168,7 @@ impl SchedulingResult {
 
     /// The endpoints the request goes to, primary first, then fallbacks.
     pub fn targets(&self) -> &[Arc<Endpoint>] {
-        self.primary().map(|r| r.targets.as_slice()).unwrap_or(&[])
+        self.primary().map_or(&[], |r| r.targets.as_slice())
     }
 }
 

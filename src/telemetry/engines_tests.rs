@@ -5,7 +5,7 @@ fn params(json: serde_json::Value) -> ExtractorParams {
 }
 
 fn spec_text(spec: &Option<MetricSpec>) -> Option<String> {
-    spec.as_ref().map(|s| s.to_string())
+    spec.as_ref().map(std::string::ToString::to_string)
 }
 
 #[test]

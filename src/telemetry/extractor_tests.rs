@@ -11,7 +11,7 @@ fn run(page: &str, engine_name: &str) -> Extraction {
 }
 
 fn set(names: &[&str]) -> HashSet<String> {
-    names.iter().map(|s| s.to_string()).collect()
+    names.iter().map(std::string::ToString::to_string).collect()
 }
 
 fn v1() -> String {

@@ -130,7 +130,7 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn skip_blanks(&mut self) {
-        while self.bytes.get(self.pos).is_some_and(|b| b.is_ascii_whitespace()) {
+        while self.bytes.get(self.pos).is_some_and(u8::is_ascii_whitespace) {
             self.pos += 1;
         }
     }

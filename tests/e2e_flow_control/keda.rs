@@ -59,7 +59,7 @@ fn triggers(scaled_object: &Yaml) -> Vec<(String, String)> {
 /// The query of trigger `name` in ScaledObject `path`.
 fn trigger(path: &str, name: &str, prometheus_port: u16) -> String {
     let all = triggers(&manifest(path, prometheus_port));
-    all.into_iter().find(|(n, _)| n == name).map(|(_, q)| q).unwrap_or_else(|| panic!("{path}: no {name}"))
+    all.into_iter().find(|(n, _)| n == name).map_or_else(|| panic!("{path}: no {name}"), |(_, q)| q)
 }
 
 /// The PrometheusRule's groups as a Prometheus rule file, evaluated every second instead of every 15s.

@@ -190,7 +190,7 @@ async fn a_higher_priority_request_overtakes_queued_sheddable_ones() {
     let mut batch = Vec::new();
     for n in 1..=2 {
         batch.push(spawn_send(&client, &front, Some("batch"), true));
-        wait_for_metrics(&front.epp, "batch queued, not shed", |text| queued(text) == n as f64).await;
+        wait_for_metrics(&front.epp, "batch queued, not shed", |text| queued(text) == f64::from(n)).await;
     }
     let interactive = spawn_send(&client, &front, Some("interactive"), true);
     wait_for_metrics(&front.epp, "interactive queued", |text| queued(text) == 3.0).await;

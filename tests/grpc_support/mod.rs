@@ -67,7 +67,7 @@ impl FakeModelServer {
 /// Starts epp on loopback ports with `extra` flags and the given endpoints, and waits until every
 /// endpoint's telemetry has been scraped once.
 pub async fn start_epp(endpoints: &[SocketAddr], extra: &[&str]) -> Server {
-    let eps: Vec<String> = endpoints.iter().map(|a| a.to_string()).collect();
+    let eps: Vec<String> = endpoints.iter().map(std::string::ToString::to_string).collect();
     let mut args = vec![
         "epp".to_string(),
         "--bind-address=127.0.0.1".into(),
@@ -86,7 +86,7 @@ pub async fn start_epp(endpoints: &[SocketAddr], extra: &[&str]) -> Server {
     if !eps.is_empty() {
         args.push(format!("--endpoints={}", eps.join(",")));
     }
-    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(std::string::ToString::to_string));
     let server = Server::start(Cli::parse_from(args)).await.expect("epp starts");
     wait_until(|| server.datastore.endpoints().iter().all(|e| e.metrics().update_time.is_some())).await;
     server

@@ -183,7 +183,7 @@ pub async fn send(target: &Target, index: u64, request: PlannedRequest, run_star
     sample.e2e_ms = millis(e2e);
     match outcome {
         Err(_) => {
-            sample.fail(ErrorKind::Timeout, format!("no complete response within {:?}", target.timeout))
+            sample.fail(ErrorKind::Timeout, format!("no complete response within {:?}", target.timeout));
         }
         Ok(Err((kind, detail))) => sample.fail(kind, detail),
         Ok(Ok(())) => {

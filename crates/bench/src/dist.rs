@@ -219,7 +219,7 @@ mod tests {
         let d = Distribution::LogNormal { mean: 800.0, sigma: 0.6 };
         let mut rng = SmallRng::seed_from_u64(42);
         let n = 20_000;
-        let mean = (0..n).map(|_| d.sample(&mut rng) as f64).sum::<f64>() / n as f64;
+        let mean = (0..n).map(|_| d.sample(&mut rng) as f64).sum::<f64>() / f64::from(n);
         assert!((mean - 800.0).abs() < 25.0, "sample mean {mean}");
         let zero_sigma = Distribution::LogNormal { mean: 300.0, sigma: 0.0 };
         assert_eq!(zero_sigma.sample(&mut rng), 300);

@@ -220,7 +220,7 @@ mod tests {
         assert_eq!(next_gap(4.0, false, &mut rng), Duration::from_millis(250));
         let n = 20_000;
         let total: f64 = (0..n).map(|_| next_gap(10.0, true, &mut rng).as_secs_f64()).sum();
-        let mean = total / n as f64;
+        let mean = total / f64::from(n);
         assert!((mean - 0.1).abs() < 0.005, "mean gap {mean}");
     }
 }

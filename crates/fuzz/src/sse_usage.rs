@@ -33,7 +33,9 @@ pub fn run(data: &[u8]) {
     assert_eq!(whole, chunked, "usage depends on the chunking {:?}", chunks.iter().map(|c| c.len()));
 
     let mut scanner = UsageScanner::new();
-    body.iter().for_each(|b| scanner.feed(std::slice::from_ref(b)));
+    for b in body {
+        scanner.feed(std::slice::from_ref(b));
+    }
     let mut at_once = UsageScanner::new();
     at_once.feed(body);
     assert_eq!(scanner.usage(), at_once.usage(), "the SSE scanner depends on the chunking");

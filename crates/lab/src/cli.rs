@@ -119,7 +119,7 @@ pub fn choices(args: &LabArgs) -> anyhow::Result<Vec<RouterChoice>> {
     }
     let baselines: Vec<String> =
         if args.baselines.is_empty() && args.configs.is_empty() && args.slo_configs.is_empty() {
-            ["random", "round-robin", "default"].iter().map(|s| s.to_string()).collect()
+            ["random", "round-robin", "default"].iter().map(std::string::ToString::to_string).collect()
         } else {
             args.baselines.clone()
         };
@@ -162,7 +162,8 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         fleet.scrape_interval = s;
     }
     let choices = choices(&args)?;
-    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let jobs =
+        args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let started = Instant::now();
     let report = compare(&fleet, &workload, &choices, jobs)?;
     let wall = started.elapsed();

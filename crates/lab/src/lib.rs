@@ -120,13 +120,13 @@ pub fn compare(
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(choice) = choices.get(i) else { break };
                 let result = simulation::run(fleet, workload, &plan, choice);
-                results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+                results.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[i] = Some(result);
             });
         }
     });
     let runs = results
         .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(LabError::Internal("a run did not report".into()))))
         .collect::<Result<Vec<_>, _>>()?;

@@ -22,7 +22,7 @@ impl<'de> Deserialize<'de> for Seconds {
         struct SecondsVisitor;
         impl Visitor<'_> for SecondsVisitor {
             type Value = Seconds;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a number of seconds or a duration such as \"90s\" or \"250ms\"")
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Seconds, E> {
@@ -83,7 +83,7 @@ impl<'de> Deserialize<'de> for LengthDist {
         struct DistVisitor;
         impl<'de> Visitor<'de> for DistVisitor {
             type Value = LengthDist;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a distribution such as {constant: 100} or {uniform: {min: 10, max: 90}}")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LengthDist, A::Error> {
@@ -254,7 +254,7 @@ mod tests {
         let n = 20_000;
         let draws: Vec<u32> = (0..n).map(|_| lognormal.sample(&mut rng)).collect();
         assert!(draws.iter().all(|&d| (1..=5000).contains(&d)));
-        let mean = draws.iter().map(|&d| f64::from(d)).sum::<f64>() / n as f64;
+        let mean = draws.iter().map(|&d| f64::from(d)).sum::<f64>() / f64::from(n);
         assert!((370.0..430.0).contains(&mean), "mean {mean}");
         let uniform = LengthDist::Uniform { min: 3, max: 4 };
         assert!((0..100).all(|_| (3..=4).contains(&uniform.sample(&mut rng))));

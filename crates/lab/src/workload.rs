@@ -138,7 +138,7 @@ impl<'de> Deserialize<'de> for Arrival {
         struct ArrivalVisitor;
         impl<'de> Visitor<'de> for ArrivalVisitor {
             type Value = Arrival;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("an arrival process such as {poisson: {rate: 20}}")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Arrival, A::Error> {

@@ -187,7 +187,7 @@ impl ServerState {
 }
 
 pub(crate) fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Starts every replica and returns their addresses, in replica order. The servers run on the current

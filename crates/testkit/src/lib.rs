@@ -103,7 +103,7 @@ pub fn free_port() -> u16 {
     loop {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
         let port = listener.local_addr().expect("local addr").port();
-        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if handed_out.get_or_insert_with(HashSet::new).insert(port) {
             return port;
         }
@@ -364,9 +364,9 @@ pub fn start_epp_for_with_env(endpoints: &str, extra_args: &[&str], env: &[(&str
         "--secure-serving=false",
     ]
     .iter()
-    .map(|arg| arg.to_string())
+    .map(std::string::ToString::to_string)
     .collect();
-    args.extend(extra_args.iter().map(|arg| arg.to_string()));
+    args.extend(extra_args.iter().map(std::string::ToString::to_string));
     let child = start_epp_with_env(&args, env);
     let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     Epp { child, grpc_port, health_port, metrics_port, args, env }

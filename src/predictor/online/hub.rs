@@ -62,7 +62,7 @@ impl PredictorHub {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HubState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The predictor and intake of this epp's service, building (and, threaded, starting) it on the first

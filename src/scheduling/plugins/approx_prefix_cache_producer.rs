@@ -126,7 +126,7 @@ impl ApproxPrefixCacheProducer {
 
     /// Total block entries in the index.
     pub fn indexed_blocks(&self) -> usize {
-        self.read_index(|i| i.entries())
+        self.read_index(super::prefix_index::PrefixIndex::entries)
     }
 
     /// The block size in tokens: with `autoTune`, the first size reported among `reported` (endpoint
@@ -171,11 +171,11 @@ impl ApproxPrefixCacheProducer {
 
     // A poisoned lock means a panic mid-update elsewhere; the index is advisory, so keep serving with it.
     fn read_index<R>(&self, f: impl FnOnce(&PrefixIndex) -> R) -> R {
-        f(&self.index.read().unwrap_or_else(|e| e.into_inner()))
+        f(&self.index.read().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     fn write_index<R>(&self, f: impl FnOnce(&mut PrefixIndex) -> R) -> R {
-        f(&mut self.index.write().unwrap_or_else(|e| e.into_inner()))
+        f(&mut self.index.write().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 }
 

@@ -140,7 +140,7 @@ impl ConcurrencyDetector {
 
     fn read(&self) -> RwLockReadGuard<'_, LoadMap> {
         // A panic elsewhere while holding the lock leaves the map consistent (every update is one call).
-        self.loads.read().unwrap_or_else(|e| e.into_inner())
+        self.loads.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// In-flight work and capacity of `endpoint` in the mode's unit, under a held read guard.
@@ -161,7 +161,7 @@ impl ConcurrencyDetector {
         if let Some(l) = self.get(endpoint) {
             return l;
         }
-        let mut map = self.loads.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.loads.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(l) = map.get(&endpoint_key(endpoint)) {
             return l.clone();
         }
@@ -235,7 +235,7 @@ impl ResponseHook for ConcurrencyDetector {
 
 impl EndpointListener for ConcurrencyDetector {
     fn on_endpoints_removed(&self, removed: &[Arc<Endpoint>]) {
-        let mut map = self.loads.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.loads.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         for ep in removed {
             map.remove(&endpoint_key(ep));
         }

@@ -109,18 +109,22 @@ impl InFlightLoadProducer {
 
     /// Number of endpoints with counters.
     pub fn tracked_endpoints(&self) -> usize {
-        self.counters.read().unwrap_or_else(|e| e.into_inner()).len()
+        self.counters.read().unwrap_or_else(std::sync::PoisonError::into_inner).len()
     }
 
     fn get(&self, endpoint: &Arc<Endpoint>) -> Option<Arc<Counters>> {
-        self.counters.read().unwrap_or_else(|e| e.into_inner()).get(&endpoint_key(endpoint)).cloned()
+        self.counters
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&endpoint_key(endpoint))
+            .cloned()
     }
 
     fn get_or_create(&self, endpoint: &Arc<Endpoint>) -> Arc<Counters> {
         if let Some(c) = self.get(endpoint) {
             return c;
         }
-        let mut map = self.counters.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.counters.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         // A new endpoint is rare: a good moment to drop counters of endpoints that left the pool while a
         // request to them was still being dispatched (nobody else references them; they are idle).
         map.retain(|_, c| {
@@ -143,7 +147,7 @@ impl InFlightLoadProducer {
     }
 
     fn publish(&self, c: &Counters) {
-        let _serialised = c.publish.lock().unwrap_or_else(|e| e.into_inner());
+        let _serialised = c.publish.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let load = c.load();
         self.metrics.set(&c.endpoint, &self.name, load.requests, load.tokens);
     }
@@ -155,7 +159,7 @@ impl DataProducer for InFlightLoadProducer {
     }
 
     fn prepare(&self, _: &SchedulingRequest<'_>, candidates: &mut [Candidate]) {
-        let map = self.counters.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.counters.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         for c in candidates.iter_mut() {
             c.attrs.inflight = if map.is_empty() {
                 InFlightLoad::default()
@@ -188,7 +192,7 @@ impl ResponseHook for InFlightLoadProducer {
 
 impl EndpointListener for InFlightLoadProducer {
     fn on_endpoints_removed(&self, removed: &[Arc<Endpoint>]) {
-        let mut map = self.counters.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.counters.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         for ep in removed {
             map.remove(&endpoint_key(ep));
             self.metrics.remove_endpoint(ep);

@@ -64,8 +64,8 @@ mod tests {
 
     fn metrics(active: &[&str], waiting: &[&str], max: usize) -> EndpointMetrics {
         EndpointMetrics {
-            active_models: active.iter().map(|s| s.to_string()).collect(),
-            waiting_models: waiting.iter().map(|s| s.to_string()).collect(),
+            active_models: active.iter().map(std::string::ToString::to_string).collect(),
+            waiting_models: waiting.iter().map(std::string::ToString::to_string).collect(),
             max_active_models: max,
             ..Default::default()
         }

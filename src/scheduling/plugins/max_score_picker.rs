@@ -76,7 +76,7 @@ mod tests {
         }
         assert_eq!(counts[3], 0);
         for c in &counts[..3] {
-            assert!((*c as f64 / 20_000.0 - 1.0 / 3.0).abs() < 0.02, "{counts:?}");
+            assert!((f64::from(*c) / 20_000.0 - 1.0 / 3.0).abs() < 0.02, "{counts:?}");
         }
     }
 

@@ -39,7 +39,7 @@ impl Holders {
             Holders::One(s) => *self = Holders::Many(vec![*s, slot]),
             Holders::Many(v) => {
                 if !v.contains(&slot) {
-                    v.push(slot)
+                    v.push(slot);
                 }
             }
         }
@@ -207,7 +207,7 @@ impl PrefixIndex {
 
     fn clear_slot(&mut self, slot: Slot) {
         if let Some(blocks) = self.slots[slot as usize].take() {
-            for (&hash, _) in blocks.lru.iter() {
+            for (&hash, _) in &blocks.lru {
                 drop_holder(&mut self.holders, hash, slot);
             }
             self.entries -= blocks.lru.len();

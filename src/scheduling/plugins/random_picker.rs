@@ -72,7 +72,7 @@ mod tests {
             counts[out[0]] += 1;
         }
         for c in counts {
-            assert!((c as f64 / 20_000.0 - 0.25).abs() < 0.02, "{counts:?}");
+            assert!((f64::from(c) / 20_000.0 - 0.25).abs() < 0.02, "{counts:?}");
         }
     }
 

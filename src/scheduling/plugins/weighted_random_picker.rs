@@ -95,7 +95,7 @@ mod tests {
             WeightedRandomPicker::new(1).pick(&mut scored(scores), &mut r, &mut out);
             counts[out[0]] += 1;
         }
-        counts.iter().map(|&c| c as f64 / draws as f64).collect()
+        counts.iter().map(|&c| f64::from(c) / f64::from(draws)).collect()
     }
 
     #[test]

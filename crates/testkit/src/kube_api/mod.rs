@@ -169,7 +169,7 @@ impl FakeKubeApi {
             while let Ok((stream, _)) = listener.accept().await {
                 lock(&conns).spawn(async move {
                     let _held = stream;
-                    std::future::pending::<()>().await
+                    std::future::pending::<()>().await;
                 });
             }
         });

@@ -77,7 +77,10 @@ impl Default for ProducerSettings {
             endpoint_role_label: None,
             predict_in_produce: true,
             predict_decode_stall: false,
-            accelerator_labels: DEFAULT_ACCELERATOR_LABELS.iter().map(|s| s.to_string()).collect(),
+            accelerator_labels: DEFAULT_ACCELERATOR_LABELS
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
         }
     }
 }

@@ -113,7 +113,7 @@ impl Drop for InFlight {
 }
 
 fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Body>) -> Response {

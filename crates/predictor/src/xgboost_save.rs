@@ -143,7 +143,7 @@ fn tree_json(t: usize, nodes: &[Node], n_features: usize) -> Result<Value, Model
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::predictor::load_xgboost_json;
+    use crate::load_xgboost_json;
 
     fn split(feature: u32, threshold: f32, default_left: bool, left: u32, right: u32) -> Node {
         Node::Split { feature, threshold, default_left, left, right }

@@ -47,7 +47,7 @@ struct Pending {
 
 /// Grows a tree over the rows in `indices` (which it reorders: each leaf's rows end up contiguous, at
 /// `GrowNode::rows`). Leaf values are XGBoost weights scaled by the learning rate.
-pub(super) fn grow(input: &GrowInput, indices: &mut [u32]) -> Vec<GrowNode> {
+pub(super) fn grow(input: &GrowInput<'_>, indices: &mut [u32]) -> Vec<GrowNode> {
     let p = input.params;
     let root_hist = build_hist(input, indices);
     let sum = indices
@@ -104,7 +104,7 @@ pub(super) fn grow(input: &GrowInput, indices: &mut [u32]) -> Vec<GrowNode> {
 }
 
 /// A leaf with XGBoost's weight for these sums, times the learning rate.
-fn leaf(input: &GrowInput, sum: [f64; 2], rows: (usize, usize)) -> GrowNode {
+fn leaf(input: &GrowInput<'_>, sum: [f64; 2], rows: (usize, usize)) -> GrowNode {
     let p = input.params;
     let weight = if sum[1] < p.min_child_weight || sum[1] <= 0.0 {
         0.0
@@ -141,7 +141,7 @@ fn gain(sum: [f64; 2], p: &Params) -> f64 {
 
 /// The best split of a node: (feature, last bin going left, left sums), or `None` when no split gains
 /// at least `γ` (and more than a rounding error).
-fn best_split(input: &GrowInput, node: &Pending) -> Option<(usize, u8, [f64; 2])> {
+fn best_split(input: &GrowInput<'_>, node: &Pending) -> Option<(usize, u8, [f64; 2])> {
     let p = input.params;
     let parent_gain = gain(node.sum, p);
     let mut best: Option<(f64, usize, u8, [f64; 2])> = None;
@@ -166,7 +166,7 @@ fn best_split(input: &GrowInput, node: &Pending) -> Option<(usize, u8, [f64; 2])
 }
 
 /// Gradient and hessian sums per (feature, bin) over `rows`, for this tree's features.
-fn build_hist(input: &GrowInput, rows: &[u32]) -> Hist {
+fn build_hist(input: &GrowInput<'_>, rows: &[u32]) -> Hist {
     let nf = input.data.n_features;
     let mut hist = vec![[0.0f64; 2]; nf * SLOTS];
     for &r in rows {

@@ -8,26 +8,19 @@
 //! the `_scalar` cases are the old-vs-new comparison within one run. `predict_trained_*` predicts with
 //! a model the trainer fitted (200 trees, depth 6) on the training cases' rows.
 //!
-//! The same request on the online predictor's handle, idle and while its background thread retrains
-//! (issue 8 part 2: the request path must not notice a retrain): `online/request_100_candidates_*`.
+//! The same request on epp's online predictor (idle and during a retrain) is epp's
+//! `benches/predictor_online.rs`.
 //!
-//! `cargo bench --bench predictor` (under `cargo test` the training cases shrink to 2,000 rows, so the
-//! test-mode run stays quick in a debug build).
+//! `cargo bench -p epp-predictor --bench predictor` (under `cargo test` the training cases shrink to 2,000
+//! rows, so the test-mode run stays quick in a debug build).
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
-use epp::metrics::MetricsRegistry;
-use epp::predictor::features::Observation;
-use epp::predictor::online::{
-    Completion, OnlineConfig, OnlinePredictor, Target, TPOT_FEATURES, TTFT_FEATURES,
-};
-use epp::predictor::train::{train, Objective, Params};
-use epp::predictor::{Forest, Node};
+use epp_predictor::train::{train, Objective, Params};
+use epp_predictor::{Forest, Node};
 
 /// llm-d's TTFT feature count (§11.3) plus the accelerator class.
 const FEATURES: usize = 13;
@@ -87,7 +80,7 @@ fn predict(c: &mut Criterion) {
         let mut out = vec![0.0; n];
         group.throughput(Throughput::Elements(n as u64));
         group.bench_function(BenchmarkId::new(format!("predict_200_trees_depth_6{suffix}"), n), |b| {
-            b.iter(|| ttft.predict_batch(black_box(&batch), &mut out))
+            b.iter(|| ttft.predict_batch(black_box(&batch), &mut out));
         });
         let candidates = rows(&mut rng, 100);
         let (mut ttft_out, mut tpot_out) = (vec![0.0; 100], vec![0.0; 100]);
@@ -96,7 +89,7 @@ fn predict(c: &mut Criterion) {
             b.iter(|| {
                 ttft.predict_batch(black_box(&candidates), &mut ttft_out);
                 tpot.predict_batch(black_box(&candidates), &mut tpot_out);
-            })
+            });
         });
     }
     // A model the trainer fitted: llm-d's parameters (200 trees, depth 6) on TTFT-like rows.
@@ -111,7 +104,7 @@ fn predict(c: &mut Criterion) {
     let mut out = vec![0.0; n];
     group.throughput(Throughput::Elements(n as u64));
     group.bench_function(BenchmarkId::new("predict_trained_200_trees_depth_6", n), |b| {
-        b.iter(|| trained.predict_batch(black_box(&batch), &mut out))
+        b.iter(|| trained.predict_batch(black_box(&batch), &mut out));
     });
     group.finish();
 }
@@ -138,92 +131,11 @@ fn retrain(c: &mut Criterion) {
     {
         let params = Params { objective, ..Params::default() };
         group.bench_function(BenchmarkId::new(format!("train_200_trees_{name}"), n), |b| {
-            b.iter(|| train(&params, black_box(&x), FEATURES, &y).expect("train"))
+            b.iter(|| train(&params, black_box(&x), FEATURES, &y).expect("train"));
         });
     }
     group.finish();
 }
 
-/// A completed request on a synthetic pool (queueing plus uncached prefill for TTFT, batch and KV for
-/// TPOT), as the online predictor's intake receives it.
-fn completion(rng: &mut Rng) -> Completion {
-    let observation = Observation {
-        kv_cache_percentage: rng.unit(),
-        input_tokens: 16 + (rng.unit() * 4000.0) as u32,
-        waiting: (rng.unit() * rng.unit() * 12.0) as u32,
-        running: (rng.unit() * 64.0) as u32,
-        prefix_cache_score: (rng.unit() * 4.0).floor() / 4.0,
-        prefill_tokens_in_flight: (rng.unit() * 20_000.0) as u64,
-        accelerator_class: u16::from(rng.unit() < 0.5),
-        tokens_generated: 1,
-        ..Observation::default()
-    };
-    let o = &observation;
-    let uncached = (1.0 - o.prefix_cache_score) * o.input_tokens as f32;
-    let per_token = if o.accelerator_class == 1 { 0.12 } else { 0.03 };
-    let ttft = 15.0 + uncached * per_token * (1.0 + o.kv_cache_percentage) + 40.0 * o.waiting as f32;
-    let tpot = 8.0 + 0.3 * o.running as f32 + 10.0 * o.kv_cache_percentage;
-    Completion {
-        observation,
-        ttft_ms: ttft * (0.9 + 0.2 * rng.unit()),
-        tpot_ms: Some(tpot * (0.9 + 0.2 * rng.unit())),
-    }
-}
-
-/// 100 candidates × (TTFT, TPOT) through `Predictor::predict_batch` on a started service, first idle, then
-/// while another thread keeps asking the service's training thread to retrain (200 trees on the whole
-/// window each time), so every measurement overlaps a retrain and its publication.
-fn online(c: &mut Criterion) {
-    let full = std::env::args().any(|arg| arg == "--bench");
-    let samples = if full { 50_000 } else { 1_000 };
-    let config = OnlineConfig {
-        retrain_interval: Duration::from_secs(3600),
-        streaming: true,
-        intake_capacity: samples + 1,
-        ..OnlineConfig::default()
-    };
-    let mut service = OnlinePredictor::start(&config, &MetricsRegistry::new("bench")).expect("start");
-    let mut rng = Rng(11);
-    let intake = service.intake();
-    for _ in 0..samples {
-        assert!(intake.record(completion(&mut rng)), "intake sized for every sample");
-    }
-    assert!(service.retrain_now(), "first models");
-    let predictor = service.predictor();
-    let (mut ttft_rows, mut tpot_rows) = (Vec::new(), Vec::new());
-    for _ in 0..100 {
-        let o = completion(&mut rng).observation;
-        let (mut ttft, mut tpot) = ([0.0; TTFT_FEATURES], [0.0; TPOT_FEATURES]);
-        o.ttft_row(&mut ttft);
-        o.tpot_row(&mut tpot);
-        ttft_rows.extend_from_slice(&ttft);
-        tpot_rows.extend_from_slice(&tpot);
-    }
-    let (mut ttft_out, mut tpot_out) = (vec![0.0; 100], vec![0.0; 100]);
-    let mut request = || {
-        predictor.predict_batch(Target::Ttft, black_box(&ttft_rows), &mut ttft_out).expect("ttft model");
-        predictor.predict_batch(Target::Tpot, black_box(&tpot_rows), &mut tpot_out).expect("tpot model");
-    };
-    let mut group = c.benchmark_group("online");
-    group.throughput(Throughput::Elements(200));
-    group.bench_function("request_100_candidates_idle", |b| b.iter(&mut request));
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    let retrainer = std::thread::spawn(move || {
-        let mut retrains = 0u64;
-        while !flag.load(Ordering::Relaxed) {
-            retrains += u64::from(service.retrain_now());
-        }
-        (service, retrains)
-    });
-    group.bench_function("request_100_candidates_during_retrain", |b| b.iter(&mut request));
-    group.finish();
-    stop.store(true, Ordering::Relaxed);
-    let (service, retrains) = retrainer.join().expect("retrainer");
-    println!("online: {retrains} retrains of {samples} samples published during the measurement");
-    service.shutdown().expect("shutdown");
-}
-
-criterion_group!(benches, predict, retrain, online);
+criterion_group!(benches, predict, retrain);
 criterion_main!(benches);
