@@ -7,7 +7,7 @@ unknown field is an error) against the Kubernetes OpenAPI schemas of 1.27 (the c
 newest version the pinned kubernetes-validate ships, custom resources against strict CRD subsets
 (deploy/helm/check/crd-subsets.yaml), and asserts what the chart promises (scripts/helm_check/facts.py):
 flags, probes, ports, the config, security, resources, the image, RBAC rules exactly the API calls of the
-mode (the list in deploy/helm/epp/api-calls.yaml, which tests/discovery_rbac.rs checks epp's real calls
+mode (the list in deploy/helm/epp/api-calls.yaml, which tests/discovery/rbac.rs checks epp's real calls
 against), the InferencePool, the in-process latency predictor (upstream's
 inferenceExtension.latencyPredictor.enabled gives the predicted-latency-epp config, a model volume and the
 mapped training env; off, the default config is unchanged). Upstream-layout values are rendered too, some

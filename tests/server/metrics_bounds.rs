@@ -8,12 +8,11 @@
 //!
 //! Sizes are asserted, never times: the scrape time is printed for the record only.
 
-mod grpc_support;
-
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::grpc_support::*;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response as Resp;
 use epp::datastore::Endpoint;
@@ -21,7 +20,6 @@ use epp::director::DirectorMetrics;
 use epp::metrics::{MetricsRegistry, RequestLabels, OVERFLOW_SERIES_LABEL};
 use epp::scheduling::PluginMetrics;
 use futures::StreamExt;
-use grpc_support::*;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 

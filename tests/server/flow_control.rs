@@ -8,13 +8,12 @@
 //! their stream, so each release frees exactly one slot. Nothing here asserts timing: every wait polls
 //! with a generous deadline.
 
-mod grpc_support;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+use crate::grpc_support::*;
 use clap::Parser;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
@@ -25,7 +24,6 @@ use epp::datastore::Endpoint;
 use epp::director::RequestMetrics;
 use epp::flowcontrol::{PendingLoad, SaturationDetector};
 use epp::scheduling::Candidate;
-use grpc_support::*;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;

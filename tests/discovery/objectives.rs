@@ -5,11 +5,8 @@
 //! a kind whose CRD is not installed (404) is simply not used, does not hold the pool back, and is
 //! picked up once the CRD appears. Every check polls for the expected state; nothing is timed.
 
-mod discovery_support;
-mod grpc_support;
-
+use crate::discovery_support::{eventually, APP, NS, POOL};
 use clap::Parser;
-use discovery_support::{eventually, APP, NS, POOL};
 use epp::app::Server;
 use epp::cli::Cli;
 use epp::discovery::{GROUP_LLM_D, GROUP_V1, GROUP_X_K8S};
@@ -175,15 +172,15 @@ async fn a_cluster_rewrite_and_objective_apply_to_requests() {
     eventually("the rewrite is read", || rewrite_of(&epp, "m").is_some()).await;
     eventually("the objective is read", || priority(&epp, "batch") == Some(5)).await;
     eventually("the pod is an endpoint", || epp.datastore.endpoints().len() == 1).await;
-    let mut s = grpc_support::Stream::open(&epp).await;
-    let h = grpc_support::post_headers("/v1/completions");
+    let mut s = crate::grpc_support::Stream::open(&epp).await;
+    let h = crate::grpc_support::post_headers("/v1/completions");
     let mut refs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
     refs.push(("x-gateway-inference-objective", "batch"));
-    s.send(grpc_support::request_headers(&refs, false, None)).await;
-    s.send(grpc_support::body(br#"{"model":"m","prompt":"hi"}"#, true)).await;
+    s.send(crate::grpc_support::request_headers(&refs, false, None)).await;
+    s.send(crate::grpc_support::body(br#"{"model":"m","prompt":"hi"}"#, true)).await;
     let first = s.recv_full().await;
-    let _ = grpc_support::routing_of(&first);
-    let (bytes, _) = grpc_support::streamed_of(&s.recv().await);
+    let _ = crate::grpc_support::routing_of(&first);
+    let (bytes, _) = crate::grpc_support::streamed_of(&s.recv().await);
     assert_eq!(bytes, br#"{"model":"m-v2","prompt":"hi"}"#.to_vec(), "{}", String::from_utf8_lossy(&bytes));
     let text = epp.metrics.encode();
     assert!(text.lines().any(|l| l.contains("rewrite") && l.contains("canary")), "{text}");

@@ -1,11 +1,9 @@
 //! The request path of the ext_proc stream, driven over loopback gRPC like Envoy drives it: both body
 //! modes, header-only requests, the subset hint, split and large bodies, trailers, rewrites, errors.
 
-mod grpc_support;
-
+use crate::grpc_support::*;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response as Resp;
-use grpc_support::*;
 
 const COMPLETION: &[u8] = br#"{"model":"m","prompt":"hello world","max_tokens":10}"#;
 

@@ -3,11 +3,9 @@
 //! request already dispatched on the stream is released; buffered bodies share one budget; a POST
 //! without a body is epp's 400.
 
-mod grpc_support;
-
+use crate::grpc_support::*;
 use bytes::{Buf, BufMut};
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response as Resp;
-use grpc_support::*;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::{Code, Status};
 

@@ -4,19 +4,16 @@
 //! 127.0.0.2 and 127.0.0.3 (one target port for the pool, two pod IPs). Every check polls for the
 //! expected state; nothing is timed.
 
-mod discovery_support;
-mod grpc_support;
-
 use std::net::{IpAddr, SocketAddr};
 
+use crate::discovery_support::{eventually, APP, NS, POOL};
+use crate::grpc_support::{immediate_of, request_headers, routing_of};
 use clap::Parser;
-use discovery_support::{eventually, APP, NS, POOL};
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
 use epp::app::Server;
 use epp::cli::Cli;
 use epp_testkit::kube_api::objects::{inference_pool, pod};
 use epp_testkit::kube_api::{inference_pools, FakeKubeApi, PODS};
-use grpc_support::{immediate_of, request_headers, routing_of};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;

@@ -1,13 +1,11 @@
 //! The server's operational surface over real loopback sockets: gRPC health for every service name the
 //! Go EPP answers, the Prometheus endpoint, TLS with provided certificates, and start-up errors.
 
-mod grpc_support;
-
+use crate::grpc_support::*;
 use clap::Parser;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
 use epp::app::Server;
 use epp::cli::Cli;
-use grpc_support::*;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;

@@ -4,11 +4,9 @@
 //! API server going away (refusing, or accepting and never answering) and coming back — the endpoint set is exactly right. Every check polls for the
 //! expected state under one generous deadline; nothing is timed.
 
-mod discovery_support;
-
 use std::time::Duration;
 
-use discovery_support::*;
+use crate::discovery_support::*;
 use epp::discovery::{PoolSource, PoolSpec, ACTIVE_PORTS_ANNOTATION, GROUP_X_K8S};
 use epp_testkit::kube_api::objects::{annotated, inference_pool, inference_pool_v1alpha2, pod, terminating};
 use epp_testkit::kube_api::{inference_pools, FakeKubeApi, PODS};

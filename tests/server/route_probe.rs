@@ -3,14 +3,12 @@
 //! same request (over gRPC, and through a real Envoy when one is installed), the ext_proc path's 400s for
 //! bad requests, and nothing counted or booked.
 
-mod grpc_support;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use crate::grpc_support::*;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use epp::app::Server;
-use grpc_support::*;
 use serde_json::Value;
 
 const PROBE: &str = "/debug/route/v1/completions";
@@ -64,7 +62,7 @@ async fn ext_proc(
     let mut all: Vec<(&str, &str)> = vec![(":method", "POST"), (":path", "/v1/completions")];
     all.extend_from_slice(headers);
     stream.send(request_headers(&all, false, Some(BodySendMode::FullDuplexStreamed))).await;
-    stream.send(grpc_support::body(body.as_bytes(), true)).await;
+    stream.send(crate::grpc_support::body(body.as_bytes(), true)).await;
     let answer = stream.recv_full().await;
     let outcome = match &answer.response {
         Some(immediate @ Resp::ImmediateResponse(_)) => Err(immediate_of(immediate)),

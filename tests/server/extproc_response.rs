@@ -1,10 +1,8 @@
 //! The response path and request lifecycle: streamed responses pass through chunk by chunk, the model
 //! name is rewritten back, and whatever way a stream ends, what the request held is released.
 
-mod grpc_support;
-
+use crate::grpc_support::*;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response as Resp;
-use grpc_support::*;
 
 const COMPLETION: &[u8] = br#"{"model":"m","prompt":"hello world","stream":true}"#;
 
