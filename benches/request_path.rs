@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use epp::config;
-use epp::datastore::{Datastore, Endpoint, EndpointMetrics};
+use epp::datastore::{Datastore, Endpoint, EndpointTelemetry};
 use epp::director::DirectorMetrics;
 use epp::director::{Director, DirectorOptions, IncomingRequest};
 use epp::extproc::responses;
@@ -103,7 +103,7 @@ fn director(endpoints: usize, health: bool, pipeline: Pipeline) -> Director {
         .collect();
     datastore.set_endpoints(eps);
     for (i, ep) in datastore.endpoints().iter().enumerate() {
-        ep.update_metrics(EndpointMetrics {
+        ep.update_telemetry(EndpointTelemetry {
             waiting_queue_size: (i % 7) as u64,
             running_requests: (i % 5) as u64,
             kv_cache_usage: (i % 10) as f64 / 10.0,

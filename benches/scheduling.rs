@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use epp::datastore::{Datastore, Endpoint, EndpointMetrics};
+use epp::datastore::{Datastore, Endpoint, EndpointTelemetry};
 use epp::request::{ApiKind, Headers, ParsedRequest};
 use epp::scheduling::plugins::prefix_block_hashes;
 use epp::scheduling::{
@@ -131,7 +131,7 @@ fn setup(n: usize) -> (Arc<Datastore>, Pipeline) {
         .collect();
     ds.set_endpoints(endpoints);
     for (i, ep) in ds.endpoints().iter().enumerate() {
-        ep.update_metrics(EndpointMetrics {
+        ep.update_telemetry(EndpointTelemetry {
             waiting_queue_size: (i * 7 % 23) as u64,
             running_requests: (i * 5 % 64) as u64,
             kv_cache_usage: (i * 13 % 100) as f64 / 100.0,

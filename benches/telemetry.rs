@@ -1,5 +1,5 @@
 //! The cost of one scrape's CPU work: a ~150 KB vLLM `/metrics` page (data-parallel ranks, many
-//! histograms, LoRA info) turned into `EndpointMetrics`. At a 50ms refresh this runs 20 times a second per
+//! histograms, LoRA info) turned into `EndpointTelemetry`. At a 50ms refresh this runs 20 times a second per
 //! endpoint, so it bounds how many endpoints one EPP core can keep fresh.
 //!
 //! The page is generated here (vLLM names, label order and bucket boundaries, `prometheus_client`
@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use epp::datastore::EndpointMetrics;
+use epp::datastore::EndpointTelemetry;
 use epp::telemetry::{extract, parser, EngineSet};
 
 const MODEL: &str = "Qwen/Qwen3-32B";
@@ -145,7 +145,7 @@ fn bench_extract(c: &mut Criterion) {
     let page = vllm_page();
     let engines = EngineSet::builtin();
     let vllm = engines.default_engine().clone();
-    let previous = EndpointMetrics::default();
+    let previous = EndpointTelemetry::default();
     let now = Instant::now();
 
     // Check once that the page reads as intended, so the figure is for real work.

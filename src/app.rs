@@ -23,7 +23,7 @@ use crate::cli::Cli;
 use crate::datastore::Datastore;
 use crate::director::RequestMetrics;
 use crate::discovery::{Discovery, DiscoveryMetrics, LeaderElection, PolicyWatch};
-use crate::extproc::health;
+use crate::extproc::grpc_health;
 use crate::flowcontrol::{FlowController, SaturationDetector};
 use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
@@ -135,7 +135,7 @@ impl Server {
         let (reporter, health_service) = tonic_health::server::health_reporter();
         // With discovery, NOT_SERVING until the first successful sync: an empty pool is not a ready epp.
         // With leader election, NOT_SERVING unless this replica leads (active-passive, as upstream).
-        health::set_ready(&reporter, discovery.is_none() && leader.is_none()).await;
+        grpc_health::set_ready(&reporter, discovery.is_none() && leader.is_none()).await;
         let health = Arc::new(reporter);
         let readiness = tasks::spawn_readiness(
             discovery.as_ref().map(Discovery::synced),
@@ -180,7 +180,7 @@ impl Server {
     /// in-flight streams, then closes the health port.
     pub async fn shutdown(self) {
         self.readiness.abort();
-        health::set_shutting_down(&self.health).await;
+        grpc_health::set_shutting_down(&self.health).await;
         // Not serving any more: hand the Lease over now, so a follower leads (and gets the traffic) while
         // this replica drains, instead of after the lease duration.
         if let Some(leader) = self.leader {

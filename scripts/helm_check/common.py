@@ -53,8 +53,8 @@ def _knobs():
 
 
 def health_services():
-    """The gRPC health service names epp answers (src/extproc/health.rs)."""
-    source = (ROOT / "src" / "extproc" / "health.rs").read_text()
+    """The gRPC health service names epp answers (src/extproc/grpc_health.rs)."""
+    source = (ROOT / "src" / "extproc" / "grpc_health.rs").read_text()
     return set(re.findall(r'"([a-z.0-9_]*)"', source))
 
 

@@ -16,7 +16,7 @@ use crate::director::{Director, ProbeRequest, RouteProbe};
 use crate::discovery::file::{self, Sink};
 use crate::discovery::MetricsTarget;
 use crate::error::RequestError;
-use crate::extproc::health;
+use crate::extproc::grpc_health;
 use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
 use crate::telemetry::PoolMetrics;
@@ -36,7 +36,7 @@ pub(super) fn spawn_readiness(
             let holds = |rx: &Option<watch::Receiver<bool>>| rx.as_ref().is_none_or(|rx| *rx.borrow());
             let ready = holds(&synced) && holds(&leading);
             if reported != Some(ready) {
-                health::set_ready(&health, ready).await;
+                grpc_health::set_ready(&health, ready).await;
                 reported = Some(ready);
             }
             tokio::select! {

@@ -11,7 +11,7 @@ use super::EndpointHealth;
 
 /// What the scraper last learned about one endpoint. Immutable once published: a scrape builds a new one.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct EndpointMetrics {
+pub struct EndpointTelemetry {
     /// Requests waiting in the model server's queue (`vllm:num_requests_waiting`, summed over engines).
     pub waiting_queue_size: u64,
     /// Requests in the running batch (`vllm:num_requests_running`, summed over engines).
@@ -32,7 +32,7 @@ pub struct EndpointMetrics {
     pub update_time: Option<Instant>,
 }
 
-impl EndpointMetrics {
+impl EndpointTelemetry {
     /// True when the telemetry is missing or older than `threshold` at `now`.
     pub fn is_stale(&self, now: Instant, threshold: std::time::Duration) -> bool {
         match self.update_time {
@@ -59,7 +59,7 @@ pub struct Endpoint {
     pub labels: BTreeMap<String, String>,
     /// When this endpoint joined the pool: until its first scrape, its telemetry's age counts from here.
     pub joined_at: Instant,
-    telemetry: ArcSwap<EndpointMetrics>,
+    telemetry: ArcSwap<EndpointTelemetry>,
     health: EndpointHealth,
 }
 
@@ -75,7 +75,7 @@ impl Endpoint {
             addr,
             labels: BTreeMap::new(),
             joined_at,
-            telemetry: ArcSwap::from_pointee(EndpointMetrics::default()),
+            telemetry: ArcSwap::from_pointee(EndpointTelemetry::default()),
             health: EndpointHealth::new(joined_at),
         }
     }
@@ -102,12 +102,12 @@ impl Endpoint {
     }
 
     /// The latest telemetry; lock-free.
-    pub fn metrics(&self) -> Arc<EndpointMetrics> {
+    pub fn telemetry(&self) -> Arc<EndpointTelemetry> {
         self.telemetry.load_full()
     }
 
     /// Publishes new telemetry (called by the scraper, or by tests and the lab).
-    pub fn update_metrics(&self, metrics: EndpointMetrics) {
+    pub fn update_telemetry(&self, metrics: EndpointTelemetry) {
         self.telemetry.store(Arc::new(metrics));
     }
 
@@ -149,9 +149,9 @@ mod tests {
     #[test]
     fn staleness() {
         let now = Instant::now();
-        let m = EndpointMetrics::default();
+        let m = EndpointTelemetry::default();
         assert!(m.is_stale(now, Duration::from_secs(1)));
-        let m = EndpointMetrics { update_time: Some(now), ..Default::default() };
+        let m = EndpointTelemetry { update_time: Some(now), ..Default::default() };
         assert!(!m.is_stale(now + Duration::from_millis(100), Duration::from_millis(200)));
         assert!(m.is_stale(now + Duration::from_millis(300), Duration::from_millis(200)));
     }
@@ -159,8 +159,8 @@ mod tests {
     #[test]
     fn telemetry_swaps() {
         let ep = Endpoint::new("a", "127.0.0.1:1".parse().unwrap());
-        assert_eq!(ep.metrics().waiting_queue_size, 0);
-        ep.update_metrics(EndpointMetrics { waiting_queue_size: 3, ..Default::default() });
-        assert_eq!(ep.metrics().waiting_queue_size, 3);
+        assert_eq!(ep.telemetry().waiting_queue_size, 0);
+        ep.update_telemetry(EndpointTelemetry { waiting_queue_size: 3, ..Default::default() });
+        assert_eq!(ep.telemetry().waiting_queue_size, 3);
     }
 }

@@ -11,7 +11,7 @@ mod health;
 mod pool;
 mod subset;
 
-pub use endpoint::{format_host_port, Endpoint, EndpointMetrics};
+pub use endpoint::{format_host_port, Endpoint, EndpointTelemetry};
 pub use health::{
     BreakerPolicy, BreakerState, EjectionReason, EndpointHealth, Outcome, Transition, RATE_WINDOW_REQUESTS,
 };

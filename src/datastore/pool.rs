@@ -75,7 +75,7 @@ impl Datastore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datastore::EndpointMetrics;
+    use crate::datastore::EndpointTelemetry;
 
     fn ep(name: &str, addr: &str) -> Endpoint {
         Endpoint::new(name, addr.parse().unwrap())
@@ -86,11 +86,11 @@ mod tests {
         let ds = Datastore::new("pool");
         let c = ds.set_endpoints(vec![ep("a", "10.0.0.1:8000"), ep("b", "10.0.0.2:8000")]);
         assert_eq!(c.added.len(), 2);
-        ds.endpoints()[0].update_metrics(EndpointMetrics { waiting_queue_size: 7, ..Default::default() });
+        ds.endpoints()[0].update_telemetry(EndpointTelemetry { waiting_queue_size: 7, ..Default::default() });
         let c = ds.set_endpoints(vec![ep("a", "10.0.0.1:8000"), ep("c", "10.0.0.3:8000")]);
         assert_eq!(c.added.len(), 1);
         assert_eq!(c.removed.len(), 1);
         assert_eq!(c.removed[0].name, "b");
-        assert_eq!(ds.endpoints()[0].metrics().waiting_queue_size, 7);
+        assert_eq!(ds.endpoints()[0].telemetry().waiting_queue_size, 7);
     }
 }

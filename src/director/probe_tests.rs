@@ -10,7 +10,7 @@ use rand::SeedableRng;
 
 use super::*;
 use crate::config;
-use crate::datastore::{Datastore, Endpoint, EndpointMetrics};
+use crate::datastore::{Datastore, Endpoint, EndpointTelemetry};
 use crate::director::{decide, Director, DirectorMetrics, DirectorOptions};
 use crate::error::ErrorCode;
 use crate::flowcontrol::Admission;
@@ -50,7 +50,7 @@ fn director(yaml: &str) -> Director {
             .collect(),
     );
     for (ep, (waiting, kv)) in datastore.endpoints().iter().zip([(9, 0.9), (0, 0.1), (3, 0.5)]) {
-        ep.update_metrics(EndpointMetrics {
+        ep.update_telemetry(EndpointTelemetry {
             waiting_queue_size: waiting,
             kv_cache_usage: kv,
             update_time: Some(Instant::now()),

@@ -94,7 +94,7 @@ pub struct CandidateView {
 
 impl From<&Candidate> for CandidateView {
     fn from(c: &Candidate) -> Self {
-        let m = &c.metrics;
+        let m = &c.telemetry;
         Self {
             endpoint: c.endpoint.name.clone(),
             address: c.endpoint.host_port.clone(),

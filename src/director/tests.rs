@@ -10,7 +10,7 @@ use rand::SeedableRng;
 
 use super::*;
 use crate::config;
-use crate::datastore::{Endpoint, EndpointMetrics};
+use crate::datastore::{Endpoint, EndpointTelemetry};
 use crate::error::ErrorCode;
 use crate::scheduling::{
     FactoryContext, NoopObserver, PendingLoad, PluginMetrics, Registry, SaturationDetector, SchedulingRequest,
@@ -54,7 +54,7 @@ fn director_with(yaml: Option<&str>, options: DirectorOptions) -> Director {
         Endpoint::new("b", "10.0.0.2:8000".parse().unwrap()),
     ]);
     for (i, ep) in datastore.endpoints().iter().enumerate() {
-        ep.update_metrics(EndpointMetrics {
+        ep.update_telemetry(EndpointTelemetry {
             // Endpoint b is idle, a is busy: the default profile picks b.
             waiting_queue_size: if i == 0 { 9 } else { 0 },
             update_time: Some(Instant::now()),

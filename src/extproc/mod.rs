@@ -6,7 +6,7 @@
 
 mod budget;
 pub mod envoy_msg;
-pub mod health;
+pub mod grpc_health;
 pub mod metrics;
 mod protocol;
 pub mod responses;

@@ -18,7 +18,7 @@ pub const OBSERVED_ENDPOINTS_DETECTOR: &str = "observed-endpoints";
 
 impl SaturationDetector for ObservedEndpointsDetector {
     fn saturation(&self, candidates: &[Candidate], _now: Instant) -> f64 {
-        if candidates.iter().any(|c| c.metrics.update_time.is_some()) {
+        if candidates.iter().any(|c| c.telemetry.update_time.is_some()) {
             0.0
         } else {
             1.0
@@ -26,14 +26,14 @@ impl SaturationDetector for ObservedEndpointsDetector {
     }
 
     fn stale_endpoints(&self, candidates: &[Candidate], _now: Instant) -> usize {
-        candidates.iter().filter(|c| c.metrics.update_time.is_none()).count()
+        candidates.iter().filter(|c| c.telemetry.update_time.is_none()).count()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datastore::{Endpoint, EndpointMetrics};
+    use crate::datastore::{Endpoint, EndpointTelemetry};
     use std::sync::Arc;
 
     #[test]
@@ -47,7 +47,7 @@ mod tests {
         let d = ObservedEndpointsDetector;
         assert_eq!(d.saturation(&candidates(&[&a, &b]), now), 1.0);
         assert_eq!(d.saturation(&[], now), 1.0);
-        b.update_metrics(EndpointMetrics { update_time: Some(now), ..Default::default() });
+        b.update_telemetry(EndpointTelemetry { update_time: Some(now), ..Default::default() });
         assert_eq!(d.saturation(&candidates(&[&a, &b]), now), 0.0);
         assert_eq!(d.stale_endpoints(&candidates(&[&a, &b]), now), 1);
     }

@@ -1,12 +1,12 @@
 use super::*;
-use crate::datastore::EndpointMetrics;
+use crate::datastore::EndpointTelemetry;
 
 fn endpoint(name: &str, port: u16) -> Arc<Endpoint> {
     Arc::new(Endpoint::new(name, std::net::SocketAddr::from(([10, 0, 0, 1], port))))
 }
 
 fn scraped(endpoint: &Endpoint, at: Instant) {
-    endpoint.update_metrics(EndpointMetrics { update_time: Some(at), ..Default::default() });
+    endpoint.update_telemetry(EndpointTelemetry { update_time: Some(at), ..Default::default() });
 }
 
 fn monitor(settings: HealthSettings) -> (Arc<HealthMonitor>, Arc<MetricsRegistry>) {

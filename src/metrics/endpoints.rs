@@ -15,7 +15,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use crate::datastore::{Endpoint, EndpointMetrics};
+use crate::datastore::{Endpoint, EndpointTelemetry};
 
 use super::labels::LabelValue;
 
@@ -194,7 +194,7 @@ pub struct PoolSummary {
 }
 
 impl PoolSummary {
-    pub fn of(fresh: &[Arc<EndpointMetrics>]) -> Option<Self> {
+    pub fn of(fresh: &[Arc<EndpointTelemetry>]) -> Option<Self> {
         Some(Self {
             kv_cache: Stats::of(fresh.iter().map(|m| m.kv_cache_usage))?,
             queue: Stats::of(fresh.iter().map(|m| m.waiting_queue_size as f64))?,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::datastore::{Endpoint, EndpointMetrics};
+use crate::datastore::{Endpoint, EndpointTelemetry};
 use crate::predictor::features::Observation;
 use crate::request::{Headers, ParsedRequest, Slo};
 
@@ -127,14 +127,16 @@ impl EndpointAttributes {
 #[derive(Debug, Clone)]
 pub struct Candidate {
     pub endpoint: Arc<Endpoint>,
-    pub metrics: Arc<EndpointMetrics>,
+    /// The endpoint's scraped telemetry, as of the decision (never a Prometheus handle: those are
+    /// `*Metrics`).
+    pub telemetry: Arc<EndpointTelemetry>,
     pub attrs: EndpointAttributes,
 }
 
 impl Candidate {
     pub fn new(endpoint: Arc<Endpoint>) -> Self {
-        let metrics = endpoint.metrics();
-        Self { endpoint, metrics, attrs: EndpointAttributes::default() }
+        let telemetry = endpoint.telemetry();
+        Self { endpoint, telemetry, attrs: EndpointAttributes::default() }
     }
 }
 

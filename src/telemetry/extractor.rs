@@ -1,4 +1,4 @@
-//! From a `/metrics` page to [`EndpointMetrics`], in one pass over the page.
+//! From a `/metrics` page to [`EndpointTelemetry`], in one pass over the page.
 //!
 //! The page is walked once with the engine's metric names as the parser's filter; each sample is folded
 //! into the accumulator of every spec it matches. As in the Go EPP, a missing family is an error but the
@@ -15,12 +15,12 @@ use std::time::Instant;
 use super::engines::{EngineMapping, SeriesAggregation};
 use super::parser::{Labels, Sample, SampleIter};
 use super::spec::MetricSpec;
-use crate::datastore::EndpointMetrics;
+use crate::datastore::EndpointTelemetry;
 
 /// The result of one extraction: the metrics to publish, and what was wrong with the page, if anything.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Extraction {
-    pub metrics: EndpointMetrics,
+    pub metrics: EndpointTelemetry,
     /// `Some` when a required family was missing or a label could not be decoded; `metrics` still holds
     /// every field that could be read.
     pub error: Option<ExtractError>,
@@ -122,7 +122,12 @@ impl Fold {
 
 /// Reads `page` with `engine`'s mapping. Fields not found keep their value from `previous`;
 /// `update_time` becomes `Some(now)`.
-pub fn extract(page: &[u8], engine: &EngineMapping, previous: &EndpointMetrics, now: Instant) -> Extraction {
+pub fn extract(
+    page: &[u8],
+    engine: &EngineMapping,
+    previous: &EndpointTelemetry,
+    now: Instant,
+) -> Extraction {
     let (count_combine, kv_combine) = match engine.aggregation {
         SeriesAggregation::First => (Combine::Latest, Combine::Latest),
         SeriesAggregation::SumMax => (Combine::Sum, Combine::Max),
@@ -151,7 +156,7 @@ pub fn extract(page: &[u8], engine: &EngineMapping, previous: &EndpointMetrics, 
 
     let mut problems = Vec::new();
     // Scalars start from `previous`; the sets start empty and are cloned only when the page lacks them.
-    let mut metrics = EndpointMetrics {
+    let mut metrics = EndpointTelemetry {
         waiting_queue_size: previous.waiting_queue_size,
         running_requests: previous.running_requests,
         kv_cache_usage: previous.kv_cache_usage,
@@ -227,7 +232,7 @@ fn parse_count(metric: &str, label: &str, value: &str, problems: &mut Vec<Extrac
 fn read_lora(
     labels: &Labels<'_>,
     engine: &EngineMapping,
-    metrics: &mut EndpointMetrics,
+    metrics: &mut EndpointTelemetry,
     problems: &mut Vec<ExtractProblem>,
 ) {
     let metric = engine.lora.as_ref().map_or("", |s| s.name());
@@ -252,7 +257,7 @@ fn add_adapters(set: &mut HashSet<String>, list: &str) {
 fn read_cache_info(
     labels: &Labels<'_>,
     engine: &EngineMapping,
-    metrics: &mut EndpointMetrics,
+    metrics: &mut EndpointTelemetry,
     problems: &mut Vec<ExtractProblem>,
 ) {
     let metric = engine.cache_info.as_ref().map_or("", |s| s.name());

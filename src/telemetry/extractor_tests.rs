@@ -7,7 +7,7 @@ fn engine(name: &str) -> std::sync::Arc<EngineMapping> {
 }
 
 fn run(page: &str, engine_name: &str) -> Extraction {
-    extract(page.as_bytes(), &engine(engine_name), &EndpointMetrics::default(), Instant::now())
+    extract(page.as_bytes(), &engine(engine_name), &EndpointTelemetry::default(), Instant::now())
 }
 
 fn set(names: &[&str]) -> HashSet<String> {
@@ -26,7 +26,7 @@ fn without(page: &str, family: &str) -> String {
 #[test]
 fn vllm_v1_sample_page() {
     let now = Instant::now();
-    let out = extract(v1().as_bytes(), &engine("vllm"), &EndpointMetrics::default(), now);
+    let out = extract(v1().as_bytes(), &engine("vllm"), &EndpointTelemetry::default(), now);
     assert_eq!(out.error, None);
     assert_eq!(out.malformed_lines, 0);
     let m = out.metrics;
@@ -80,7 +80,7 @@ fn data_parallel_ranks_are_summed_and_maxed() {
 #[test]
 fn vllm_v0_excerpt_reports_the_missing_queue_and_keeps_its_old_value() {
     let page = sample_page("vllm-v0-metrics-excerpt.txt");
-    let previous = EndpointMetrics { waiting_queue_size: 9, kv_cache_usage: 0.5, ..Default::default() };
+    let previous = EndpointTelemetry { waiting_queue_size: 9, kv_cache_usage: 0.5, ..Default::default() };
     let out = extract(&page, &engine("vllm"), &previous, Instant::now());
     let error = out.error.unwrap();
     assert_eq!(error.problems, vec![ExtractProblem::MissingFamily("vllm:num_requests_waiting".into())]);
@@ -96,7 +96,7 @@ fn vllm_v0_excerpt_reports_the_missing_queue_and_keeps_its_old_value() {
 #[test]
 fn missing_optional_families_keep_previous_values_without_error() {
     let page = "vllm:num_requests_waiting 1\nvllm:num_requests_running 2\nvllm:kv_cache_usage_perc 0.5\n";
-    let previous = EndpointMetrics {
+    let previous = EndpointTelemetry {
         active_models: set(&["a"]),
         max_active_models: 4,
         cache_block_size: 32,
@@ -133,7 +133,7 @@ fn bad_integer_labels_are_reported_and_other_fields_still_update() {
         "vllm:lora_requests_info{max_lora=\"two\",running_lora_adapters=\"x\",waiting_lora_adapters=\"\"} 1\n",
         "vllm:cache_config_info{block_size=\"sixteen\",num_gpu_blocks=\"10\"} 1\n",
     );
-    let previous = EndpointMetrics { max_active_models: 7, cache_block_size: 16, ..Default::default() };
+    let previous = EndpointTelemetry { max_active_models: 7, cache_block_size: 16, ..Default::default() };
     let out = extract(page.as_bytes(), &engine("vllm"), &previous, Instant::now());
     let problems = out.error.unwrap().problems;
     assert_eq!(problems.len(), 2, "{problems:?}");
@@ -203,7 +203,7 @@ fn unmatched_labels_and_timestamps() {
         ..Default::default()
     };
     let mapping = EngineMapping::from_params(&params, "t").unwrap();
-    let out = extract(page.as_bytes(), &mapping, &EndpointMetrics::default(), Instant::now());
+    let out = extract(page.as_bytes(), &mapping, &EndpointTelemetry::default(), Instant::now());
     assert_eq!(out.metrics.waiting_queue_size, 7, "latest timestamp wins");
     assert_eq!(out.error.unwrap().problems, vec![ExtractProblem::NoMatchingSeries("q{a=\"3\"}".into())]);
 }
@@ -220,7 +220,7 @@ fn garbage_pages_never_panic_and_report_missing_families() {
 #[test]
 fn a_page_without_any_load_family_does_not_refresh_the_age() {
     let then = Instant::now();
-    let previous = EndpointMetrics { waiting_queue_size: 4, update_time: Some(then), ..Default::default() };
+    let previous = EndpointTelemetry { waiting_queue_size: 4, update_time: Some(then), ..Default::default() };
     let later = then + std::time::Duration::from_secs(5);
     for page in [&b"<html>502 Bad Gateway</html>"[..], b"", b"# HELP up\nup 1\n"] {
         let out = extract(page, &engine("vllm"), &previous, later);

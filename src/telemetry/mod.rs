@@ -4,10 +4,10 @@
 //! The pieces, bottom up: [`parser`] walks the text format without copying and skips every family the
 //! engine does not need; [`MetricSpec`] selects series the way the Go EPP's engine configs do;
 //! [`EngineSet`] holds the per-engine mappings (vLLM, SGLang, TensorRT-LLM, Triton) built from the
-//! `core-metrics-extractor` parameters; [`extract`] turns one page into [`EndpointMetrics`]; and
+//! `core-metrics-extractor` parameters; [`extract`] turns one page into [`EndpointTelemetry`]; and
 //! [`spawn_scrapers`] keeps one scrape loop per datastore endpoint.
 //!
-//! [`EndpointMetrics`]: crate::datastore::EndpointMetrics
+//! [`EndpointTelemetry`]: crate::datastore::EndpointTelemetry
 
 mod engines;
 mod extractor;

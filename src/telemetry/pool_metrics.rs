@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::datastore::{Endpoint, EndpointMetrics};
+use crate::datastore::{Endpoint, EndpointTelemetry};
 use crate::metrics::{
     alpha, EndpointQueueLabels, EndpointSeries, FloatGauge, MetricsRegistry, PodQueueLabels, PoolLabels,
     PoolSummary, SharedLabels,
@@ -144,9 +144,9 @@ impl PoolMetrics {
     /// queue-size series per current endpoint; series of endpoints no longer listed are removed.
     pub fn update_pool(&self, endpoints: &[Arc<Endpoint>], now: Instant, staleness: Duration) {
         let pool = &self.labels.pool;
-        let mut fresh: Vec<Arc<EndpointMetrics>> = Vec::with_capacity(endpoints.len());
+        let mut fresh: Vec<Arc<EndpointTelemetry>> = Vec::with_capacity(endpoints.len());
         self.endpoints.retain(endpoints, |endpoint, tracked| {
-            let telemetry = endpoint.metrics();
+            let telemetry = endpoint.telemetry();
             let queue = i64::try_from(telemetry.waiting_queue_size).unwrap_or(i64::MAX);
             self.gie_pod_queue
                 .get_or_create(&PodQueueLabels { name: pool.clone(), model_server_pod: tracked.name.clone() })

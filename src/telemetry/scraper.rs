@@ -118,8 +118,8 @@ impl Scraper {
         tokio::time::timeout(timeout, self.fetch(&endpoint.metrics_url, body))
             .await
             .map_err(|_| ScrapeError::Timeout(timeout))??;
-        let extraction = extract(body, engine, &endpoint.metrics(), Instant::now());
-        endpoint.update_metrics(extraction.metrics);
+        let extraction = extract(body, engine, &endpoint.telemetry(), Instant::now());
+        endpoint.update_telemetry(extraction.metrics);
         if let Some(notify) = &self.config.on_update {
             notify();
         }

@@ -106,8 +106,8 @@ async fn fills_metrics_from_the_sample_page_and_notifies() {
     };
     let h = start_supervisor(config, vec![Endpoint::new("a", addr)]);
     let ep = h.datastore.endpoints()[0].clone();
-    eventually("metrics published", || ep.metrics().update_time.is_some()).await;
-    let m = ep.metrics();
+    eventually("metrics published", || ep.telemetry().update_time.is_some()).await;
+    let m = ep.telemetry();
     assert_eq!((m.waiting_queue_size, m.running_requests, m.kv_cache_usage), (3, 14, 0.6421875));
     assert_eq!((m.cache_block_size, m.cache_num_blocks, m.max_active_models), (16, 81767, 2));
     assert!(m.active_models.contains("food-review-1"));
@@ -120,9 +120,9 @@ async fn server_errors_then_recovery() {
     let h = start_supervisor(fast_config(), vec![Endpoint::new("a", addr)]);
     let ep = h.datastore.endpoints()[0].clone();
     eventually("several failed polls", || server.hits() >= 3).await;
-    assert_eq!(ep.metrics().update_time, None, "a 500 publishes nothing");
+    assert_eq!(ep.telemetry().update_time, None, "a 500 publishes nothing");
     server.set_mode(SERVE);
-    eventually("recovered metrics", || ep.metrics().waiting_queue_size == 3).await;
+    eventually("recovered metrics", || ep.telemetry().waiting_queue_size == 3).await;
 }
 
 #[tokio::test]
@@ -131,9 +131,9 @@ async fn a_hanging_server_times_out_and_the_loop_keeps_going() {
     let h = start_supervisor(fast_config(), vec![Endpoint::new("a", addr)]);
     let ep = h.datastore.endpoints()[0].clone();
     eventually("polls after timeouts", || server.hits() >= 3).await;
-    assert_eq!(ep.metrics().update_time, None);
+    assert_eq!(ep.telemetry().update_time, None);
     server.set_mode(SERVE);
-    eventually("metrics after the server wakes", || ep.metrics().running_requests == 14).await;
+    eventually("metrics after the server wakes", || ep.telemetry().running_requests == 14).await;
 }
 
 #[tokio::test]
@@ -143,15 +143,15 @@ async fn a_removed_endpoint_loses_its_loop() {
     let h = start_supervisor(fast_config(), vec![Endpoint::new("a", addr), Endpoint::new("b", other_addr)]);
     let removed = h.datastore.endpoints()[0].clone();
     let kept = h.datastore.endpoints()[1].clone();
-    eventually("first scrape", || removed.metrics().update_time.is_some()).await;
+    eventually("first scrape", || removed.telemetry().update_time.is_some()).await;
     let changes = h.datastore.set_endpoints(vec![Endpoint::new("b", other_addr)]);
     assert_eq!(changes.removed.len(), 1);
     drop(changes);
     // The loop and the supervisor's map hold the only other references: once both let go, the loop is gone.
     eventually("loop of the removed endpoint dropped", || Arc::strong_count(&removed) == 1).await;
     // The kept endpoint is still scraped: its telemetry keeps being replaced.
-    let before = kept.metrics();
-    eventually("kept endpoint still scraped", || !Arc::ptr_eq(&before, &kept.metrics())).await;
+    let before = kept.telemetry();
+    eventually("kept endpoint still scraped", || !Arc::ptr_eq(&before, &kept.telemetry())).await;
 }
 
 #[tokio::test]
@@ -159,7 +159,7 @@ async fn shutdown_stops_the_supervisor_and_every_loop() {
     let (_server, addr) = FakeServer::start(SERVE, v1_page()).await;
     let h = start_supervisor(fast_config(), vec![Endpoint::new("a", addr)]);
     let ep = h.datastore.endpoints()[0].clone();
-    eventually("first scrape", || ep.metrics().update_time.is_some()).await;
+    eventually("first scrape", || ep.telemetry().update_time.is_some()).await;
     h.shutdown.send(true).unwrap();
     tokio::time::timeout(Duration::from_secs(10), h.supervisor).await.unwrap().unwrap();
     // Held by this test and the datastore only.
@@ -173,8 +173,8 @@ async fn the_engine_label_selects_the_mapping() {
     let labels = BTreeMap::from([(DEFAULT_ENGINE_LABEL_KEY.to_string(), "sglang".to_string())]);
     let h = start_supervisor(fast_config(), vec![Endpoint::new("a", addr).with_labels(labels)]);
     let ep = h.datastore.endpoints()[0].clone();
-    eventually("sglang metrics", || ep.metrics().running_requests == 5).await;
-    assert_eq!((ep.metrics().waiting_queue_size, ep.metrics().kv_cache_usage), (4, 0.5));
+    eventually("sglang metrics", || ep.telemetry().running_requests == 5).await;
+    assert_eq!((ep.telemetry().waiting_queue_size, ep.telemetry().kv_cache_usage), (4, 0.5));
 }
 
 #[tokio::test]
@@ -190,5 +190,5 @@ async fn connection_refused_publishes_nothing_and_keeps_polling() {
     let mut body = Vec::new();
     let err = scraper.scrape_once(&ep, &engine, &mut body).await.unwrap_err();
     assert!(matches!(err, ScrapeError::Request(_) | ScrapeError::Timeout(_)), "{err}");
-    assert_eq!(ep.metrics().update_time, None);
+    assert_eq!(ep.telemetry().update_time, None);
 }

@@ -110,7 +110,7 @@ async fn routing_follows_the_pods_of_the_pool() {
     eventually("a leaves", || names(&epp) == ["b-rank-0"]).await;
     all_route_to(&epp, Ok(&b.to_string())).await;
     eventually("b is scraped", || {
-        epp.datastore.endpoints().iter().all(|e| e.metrics().update_time.is_some())
+        epp.datastore.endpoints().iter().all(|e| e.telemetry().update_time.is_some())
     })
     .await;
     let series = |pod: &str| epp.metrics.encode().contains(&format!("model_server_pod=\"{pod}\""));

@@ -88,7 +88,7 @@ pub async fn start_epp(endpoints: &[SocketAddr], extra: &[&str]) -> Server {
     }
     args.extend(extra.iter().map(std::string::ToString::to_string));
     let server = Server::start(Cli::parse_from(args)).await.expect("epp starts");
-    wait_until(|| server.datastore.endpoints().iter().all(|e| e.metrics().update_time.is_some())).await;
+    wait_until(|| server.datastore.endpoints().iter().all(|e| e.telemetry().update_time.is_some())).await;
     server
 }
 

@@ -86,7 +86,7 @@ impl Epp {
         };
         let server = Server::start_with(Cli::parse_from(args), hooks).await.expect("epp starts");
         let _ = detector.metrics.set(server.request_metrics.clone());
-        wait_until(|| server.datastore.endpoints().iter().all(|e| e.metrics().update_time.is_some())).await;
+        wait_until(|| server.datastore.endpoints().iter().all(|e| e.telemetry().update_time.is_some())).await;
         Self { server, detector }
     }
 

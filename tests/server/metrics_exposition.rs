@@ -6,7 +6,7 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use epp::datastore::{Endpoint, EndpointMetrics};
+use epp::datastore::{Endpoint, EndpointTelemetry};
 use epp::director::{DirectorMetrics, RequestMetrics};
 use epp::error::ErrorCode;
 use epp::extproc::OverheadMetrics;
@@ -112,7 +112,7 @@ fn record_one_of_each(m: &M, ep: &Arc<Endpoint>) {
     m.plugins.prefix_indexer.set_size(42);
     m.plugins.prefix_indexer.observe_hit(0.5, 1024);
     m.plugins.inflight.set(ep, "inflight-load-producer", 3, 1200);
-    ep.update_metrics(EndpointMetrics {
+    ep.update_telemetry(EndpointTelemetry {
         waiting_queue_size: 2,
         running_requests: 4,
         kv_cache_usage: 0.5,
@@ -284,7 +284,7 @@ fn pool_gauges_use_fresh_endpoints_and_prune_departed_ones() {
     let m = M::new("vllm-pool");
     let now = Instant::now();
     let staleness = Duration::from_secs(2);
-    let telemetry = |queue: u64, running: u64, kv: f64, age: Duration| EndpointMetrics {
+    let telemetry = |queue: u64, running: u64, kv: f64, age: Duration| EndpointTelemetry {
         waiting_queue_size: queue,
         running_requests: running,
         kv_cache_usage: kv,
@@ -294,9 +294,9 @@ fn pool_gauges_use_fresh_endpoints_and_prune_departed_ones() {
     let eps: Vec<Arc<Endpoint>> = (0..3)
         .map(|i| Arc::new(endpoint(&format!("pod-{i}-rank-0"), &format!("10.0.0.{}:8000", i + 1))))
         .collect();
-    eps[0].update_metrics(telemetry(1, 2, 0.25, Duration::ZERO));
-    eps[1].update_metrics(telemetry(4, 2, 0.5, Duration::from_secs(1)));
-    eps[2].update_metrics(telemetry(100, 100, 1.0, Duration::from_secs(10))); // stale
+    eps[0].update_telemetry(telemetry(1, 2, 0.25, Duration::ZERO));
+    eps[1].update_telemetry(telemetry(4, 2, 0.5, Duration::from_secs(1)));
+    eps[2].update_telemetry(telemetry(100, 100, 1.0, Duration::from_secs(10))); // stale
     m.pool.update_pool(&eps, now, staleness);
 
     let text = m.encode();

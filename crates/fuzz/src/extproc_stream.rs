@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingResponse;
 use epp::config;
-use epp::datastore::{Datastore, Endpoint, EndpointMetrics};
+use epp::datastore::{Datastore, Endpoint, EndpointTelemetry};
 use epp::director::{Director, DirectorMetrics, DirectorOptions};
 use epp::extproc::stream::StreamHandler;
 use epp::extproc::{BodyBudget, BodyReservation, OverheadMetrics, StreamLimits};
@@ -49,7 +49,7 @@ fn harness() -> &'static Harness {
         let addrs: [SocketAddr; 2] = [([10, 0, 0, 1], 8000).into(), ([10, 0, 0, 2], 8000).into()];
         datastore.set_endpoints(addrs.iter().map(|a| Endpoint::new(a.to_string(), *a)).collect());
         for (i, ep) in datastore.endpoints().iter().enumerate() {
-            ep.update_metrics(EndpointMetrics {
+            ep.update_telemetry(EndpointTelemetry {
                 waiting_queue_size: i as u64,
                 update_time: Some(Instant::now()),
                 ..Default::default()

@@ -8,7 +8,7 @@
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use epp::datastore::EndpointMetrics;
+use epp::datastore::EndpointTelemetry;
 use epp::telemetry::parser::{parse_all, SampleIter};
 use epp::telemetry::{extract, EngineSet, Sample};
 
@@ -39,7 +39,7 @@ pub fn run(page: &[u8]) {
             "engine {name}: the filtered walk saw {filtered:?}, the full walk {expected:?}"
         );
 
-        let first = extract(page, engine, &EndpointMetrics::default(), now);
+        let first = extract(page, engine, &EndpointTelemetry::default(), now);
         assert!(!first.metrics.kv_cache_usage.is_nan(), "engine {name}: NaN KV utilisation");
         // Fields not found keep their previous value: extracting again over the result must be stable.
         let again = extract(page, engine, &first.metrics, now);

@@ -23,7 +23,7 @@ use super::report::{summarize, Outcome, Record, ReplicaSummary, RunReport};
 use super::router::{Arriving, Routed, Router, RouterChoice};
 use super::workload::Workload;
 use super::LabError;
-use epp::datastore::{Datastore, Endpoint, EndpointMetrics};
+use epp::datastore::{Datastore, Endpoint, EndpointTelemetry};
 use epp::request::parse_request;
 use epp::scheduling::{DispatchInfo, Usage};
 use epp_sim::{tokenize, Engine, FinishReason, RequestEvent, SimRequest};
@@ -200,7 +200,7 @@ impl Run<'_> {
         for r in &self.replicas {
             let stats = r.engine.stats();
             let cfg = r.engine.config();
-            r.endpoint.update_metrics(EndpointMetrics {
+            r.endpoint.update_telemetry(EndpointTelemetry {
                 waiting_queue_size: stats.waiting as u64,
                 running_requests: stats.running as u64,
                 kv_cache_usage: stats.kv_usage,

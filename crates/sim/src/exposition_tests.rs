@@ -2,7 +2,7 @@ use std::time::Instant;
 
 use super::*;
 use crate::engine::AcceleratorProfile;
-use epp::datastore::EndpointMetrics;
+use epp::datastore::EndpointTelemetry;
 use epp::telemetry::parser::parse_all;
 use epp::telemetry::{extract, EngineSet};
 
@@ -102,7 +102,7 @@ fn page_parses_cleanly_and_extracts() {
     assert_eq!(samples.malformed_lines(), 0);
     assert!(count > 150, "{count} samples");
     let vllm = EngineSet::builtin().get("vllm").unwrap().clone();
-    let out = extract(text.as_bytes(), &vllm, &EndpointMetrics::default(), Instant::now());
+    let out = extract(text.as_bytes(), &vllm, &EndpointTelemetry::default(), Instant::now());
     assert_eq!(out.error, None);
     let m = out.metrics;
     assert_eq!((m.waiting_queue_size, m.running_requests, m.kv_cache_usage), (3, 14, 0.6421875));
@@ -121,7 +121,7 @@ fn legacy_names_and_no_lora() {
     assert!(!text.contains("vllm:prefix_cache_hits"));
     assert!(!text.contains("lora_requests_info"));
     let vllm = EngineSet::builtin().get("vllm").unwrap().clone();
-    let out = extract(text.as_bytes(), &vllm, &EndpointMetrics::default(), Instant::now());
+    let out = extract(text.as_bytes(), &vllm, &EndpointTelemetry::default(), Instant::now());
     assert_eq!(out.metrics.kv_cache_usage, 0.6421875, "the parser accepts the old name");
 }
 
@@ -153,7 +153,7 @@ fn fake_server_page_has_only_what_is_set_and_extracts() {
     let text = page.render();
     assert!(text.contains("vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"a\\\"b\",waiting_lora_adapters=\"\"} 1.7559312e+09\n"), "{text}");
     let vllm = EngineSet::builtin().get("vllm").unwrap().clone();
-    let out = extract(text.as_bytes(), &vllm, &EndpointMetrics::default(), Instant::now());
+    let out = extract(text.as_bytes(), &vllm, &EndpointTelemetry::default(), Instant::now());
     assert_eq!(out.error, None);
     let m = out.metrics;
     assert_eq!((m.waiting_queue_size, m.running_requests, m.kv_cache_usage), (5, 2, 0.25));

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::*;
-use epp::datastore::EndpointMetrics;
+use epp::datastore::EndpointTelemetry;
 use epp::telemetry::{extract, EngineSet};
 
 fn options() -> ServeOptions {
@@ -40,9 +40,9 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
-fn scrape(page: &str) -> EndpointMetrics {
+fn scrape(page: &str) -> EndpointTelemetry {
     let vllm = EngineSet::builtin().get("vllm").unwrap().clone();
-    let out = extract(page.as_bytes(), &vllm, &EndpointMetrics::default(), std::time::Instant::now());
+    let out = extract(page.as_bytes(), &vllm, &EndpointTelemetry::default(), std::time::Instant::now());
     assert_eq!((out.error, out.malformed_lines), (None, 0));
     out.metrics
 }

@@ -134,14 +134,14 @@ mod builtins {
         let d = detector_of(&c);
         let now = Instant::now();
         assert_eq!(d.saturation(&[], now), 1.0, "no candidates: fail closed");
-        let fresh = crate::datastore::EndpointMetrics {
+        let fresh = crate::datastore::EndpointTelemetry {
             waiting_queue_size: 5,
             update_time: Some(now),
             ..Default::default()
         };
         // Default threshold 5: a queue of 5 is exactly saturated; an unscraped endpoint counts as 1.0.
         assert_eq!(d.saturation(&[candidate(1, fresh)], now), 1.0);
-        let idle = crate::datastore::EndpointMetrics { update_time: Some(now), ..Default::default() };
+        let idle = crate::datastore::EndpointTelemetry { update_time: Some(now), ..Default::default() };
         assert_eq!(d.saturation(&[candidate(1, idle.clone()), candidate(2, idle)], now), 0.0);
         assert_eq!(d.stale_endpoints(&[candidate(3, Default::default())], now), 1);
     }

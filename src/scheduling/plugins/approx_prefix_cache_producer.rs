@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use super::prefix_hash::{prefix_block_hashes, CHARS_PER_TOKEN};
 use super::prefix_index::PrefixIndex;
-use crate::datastore::{Endpoint, EndpointMetrics};
+use crate::datastore::{Endpoint, EndpointTelemetry};
 use crate::scheduling::PrefixIndexerMetrics;
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, DataProducer, DispatchInfo, EndpointListener,
@@ -85,7 +85,7 @@ impl ApproxPrefixCacheConfig {
         }
     }
 
-    fn lru_capacity(&self, m: &EndpointMetrics) -> usize {
+    fn lru_capacity(&self, m: &EndpointTelemetry) -> usize {
         if self.auto_tune && m.cache_num_blocks > 0 {
             m.cache_num_blocks
         } else {
@@ -185,7 +185,7 @@ impl DataProducer for ApproxPrefixCacheProducer {
     }
 
     fn prepare(&self, req: &SchedulingRequest<'_>, candidates: &mut [Candidate]) {
-        let block_tokens = self.block_tokens(candidates.iter().map(|c| c.metrics.cache_block_size));
+        let block_tokens = self.block_tokens(candidates.iter().map(|c| c.telemetry.cache_block_size));
         self.with_hashes(req, block_tokens, |hashes, block_chars| {
             let total_blocks = hashes.len();
             let unmatched = PrefixMatch { match_blocks: 0, total_blocks, block_chars };
@@ -221,8 +221,8 @@ impl PreRequest for ApproxPrefixCacheProducer {
             .iter()
             .find(|(name, _)| name == PREFILL_PROFILE && *name != result.primary_profile)
             .and_then(|(_, r)| r.targets.first());
-        let target_metrics = target.metrics();
-        let prefill_metrics = prefill.map(|p| p.metrics());
+        let target_metrics = target.telemetry();
+        let prefill_metrics = prefill.map(|p| p.telemetry());
         let reported = std::iter::once(&target_metrics).chain(&prefill_metrics).map(|m| m.cache_block_size);
         let block_tokens = self.block_tokens(reported);
         let outcome = self.with_hashes(req, block_tokens, |hashes, block_chars| {

@@ -9,7 +9,7 @@ fn producer(params: serde_json::Value) -> ApproxPrefixCacheProducer {
 
 /// Candidates for endpoints 1..=n with default telemetry (no block size reported).
 fn pool(n: u8) -> Vec<Candidate> {
-    (1..=n).map(|i| candidate(i, EndpointMetrics::default())).collect()
+    (1..=n).map(|i| candidate(i, EndpointTelemetry::default())).collect()
 }
 
 fn matches(
@@ -80,9 +80,9 @@ fn short_prompt_has_no_blocks_and_records_nothing() {
 fn auto_tune_takes_block_size_from_the_first_reporting_candidate() {
     let p = producer(json!({}));
     let mut c = vec![
-        candidate(1, EndpointMetrics::default()), // not scraped yet: skipped
-        candidate(2, EndpointMetrics { cache_block_size: 32, ..Default::default() }),
-        candidate(3, EndpointMetrics { cache_block_size: 8, ..Default::default() }),
+        candidate(1, EndpointTelemetry::default()), // not scraped yet: skipped
+        candidate(2, EndpointTelemetry { cache_block_size: 32, ..Default::default() }),
+        candidate(3, EndpointTelemetry { cache_block_size: 8, ..Default::default() }),
     ];
     let f = RequestFixture::with_prompt("m", &"x".repeat(1000));
     let m = matches(&p, &f, &mut c);
@@ -124,7 +124,7 @@ fn lru_capacity_bounds_each_endpoint() {
     // With autoTune the server's reported block count is the capacity.
     let p = producer(json!({"lruCapacityPerServer": 5}));
     let ep = endpoint(9);
-    ep.update_metrics(EndpointMetrics { cache_num_blocks: 7, ..Default::default() });
+    ep.update_telemetry(EndpointTelemetry { cache_num_blocks: 7, ..Default::default() });
     send(&p, &f, &ep);
     assert_eq!(p.indexed_blocks(), 7);
 }

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 
 use serde::Deserialize;
 
-use super::detector_params::{check_headroom, positive_int, InvalidParameter};
+use super::param_checks::{check_headroom, positive_int, InvalidParameter};
 use crate::datastore::Endpoint;
 
 pub const DEFAULT_MAX_CONCURRENCY: i64 = 100;

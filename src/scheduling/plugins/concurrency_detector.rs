@@ -43,8 +43,8 @@ pub use super::concurrency_capacity::{
     Capacity, CapacityOverride, ConcurrencyConfig, ConcurrencyMode, DEFAULT_CAPACITY_LABEL,
     DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_TOKEN_CONCURRENCY, DEFAULT_TOKEN_CAPACITY_LABEL,
 };
-use super::detector_params::InvalidParameter;
 use super::endpoint_key::{endpoint_key, EndpointKey, IntBuildHasher};
+use super::param_checks::InvalidParameter;
 use crate::datastore::Endpoint;
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, Completion, DispatchInfo, EndpointListener, FactoryContext, Filter,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::datastore::EndpointMetrics;
+use crate::datastore::EndpointTelemetry;
 use crate::scheduling::plugins::testing::*;
 use crate::scheduling::{
     BuiltPlugin, Candidate, NoopObserver, Pipeline, Profile, Registry, SchedulingResult, WeightedScorer,
@@ -62,7 +62,7 @@ fn route(p: &Pipeline, f: &RequestFixture, candidates: &[Candidate], seed: u64) 
 #[test]
 fn repeated_prompt_sticks_to_its_endpoint() {
     let p = gie_default();
-    let pool: Vec<_> = (1..=4).map(|i| candidate(i, EndpointMetrics::default())).collect();
+    let pool: Vec<_> = (1..=4).map(|i| candidate(i, EndpointTelemetry::default())).collect();
     let f = RequestFixture::with_prompt("m", &"system prompt ".repeat(100));
     let first = route(&p, &f, &pool, 1).targets()[0].clone();
     for seed in 2..20 {
@@ -74,8 +74,8 @@ fn repeated_prompt_sticks_to_its_endpoint() {
 fn without_a_match_the_least_loaded_wins() {
     let p = gie_default();
     let pool = vec![
-        candidate(1, EndpointMetrics { waiting_queue_size: 5, kv_cache_usage: 0.5, ..Default::default() }),
-        candidate(2, EndpointMetrics { waiting_queue_size: 0, kv_cache_usage: 0.1, ..Default::default() }),
+        candidate(1, EndpointTelemetry { waiting_queue_size: 5, kv_cache_usage: 0.5, ..Default::default() }),
+        candidate(2, EndpointTelemetry { waiting_queue_size: 0, kv_cache_usage: 0.1, ..Default::default() }),
     ];
     let f = RequestFixture::with_prompt("m", &"fresh ".repeat(50));
     assert!(Arc::ptr_eq(&route(&p, &f, &pool, 3).targets()[0], &pool[1].endpoint));

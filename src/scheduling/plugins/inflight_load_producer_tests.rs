@@ -1,7 +1,7 @@
 use std::time::Instant;
 
 use super::*;
-use crate::datastore::EndpointMetrics;
+use crate::datastore::EndpointTelemetry;
 use crate::scheduling::plugins::testing::*;
 use crate::scheduling::CompletionKind;
 use serde_json::json;
@@ -22,7 +22,7 @@ fn acquire(p: &InFlightLoadProducer, info: &DispatchInfo) {
 #[test]
 fn acquire_release_and_prepare() {
     let p = producer(TokenBasis::PromptAndOutput);
-    let mut c = vec![candidate(1, EndpointMetrics::default()), candidate(2, EndpointMetrics::default())];
+    let mut c = vec![candidate(1, EndpointTelemetry::default()), candidate(2, EndpointTelemetry::default())];
     let a = dispatch(&c[0].endpoint, 40, 100);
     let b = dispatch(&c[0].endpoint, 10, 30);
     acquire(&p, &a);

@@ -28,7 +28,7 @@ impl Scorer for KvCacheUtilizationScorer {
         scores: &mut [f64],
     ) {
         for (score, &i) in scores.iter_mut().zip(subset) {
-            *score = 1.0 - candidates[i].metrics.kv_cache_usage;
+            *score = 1.0 - candidates[i].telemetry.kv_cache_usage;
         }
     }
 }

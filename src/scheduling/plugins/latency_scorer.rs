@@ -40,7 +40,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::detector_params::{non_negative, unit_fraction, InvalidParameter};
+use super::param_checks::{non_negative, unit_fraction, InvalidParameter};
 
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, FactoryContext, PluginError, SchedulingRequest, Scorer,
@@ -138,16 +138,16 @@ impl LatencyScorer {
     fn composite(&self, candidates: &[Candidate], subset: &[usize], scores: &mut [f64]) {
         let sum: f64 = self.composite.iter().sum();
         let [kv, queue, prefix] = if sum > 0.0 { self.composite.map(|w| w / sum) } else { [1.0, 0.0, 0.0] };
-        let max_queue = subset.iter().map(|&i| candidates[i].metrics.waiting_queue_size).max().unwrap_or(0);
+        let max_queue = subset.iter().map(|&i| candidates[i].telemetry.waiting_queue_size).max().unwrap_or(0);
         for (score, &i) in scores.iter_mut().zip(subset) {
             let c = &candidates[i];
             let relative_queue = if max_queue == 0 {
                 1.0
             } else {
-                (max_queue - c.metrics.waiting_queue_size) as f64 / max_queue as f64
+                (max_queue - c.telemetry.waiting_queue_size) as f64 / max_queue as f64
             };
             let prefix_score = c.attrs.prefix_ratio();
-            let value = kv * (1.0 - c.metrics.kv_cache_usage.clamp(0.0, 1.0))
+            let value = kv * (1.0 - c.telemetry.kv_cache_usage.clamp(0.0, 1.0))
                 + queue * relative_queue
                 + prefix * prefix_score;
             *score = (100.0 * value).round() / 100.0;

@@ -2,7 +2,7 @@
 //! `latency-slo-admitter`, over hand-written predictions.
 
 use super::*;
-use crate::datastore::EndpointMetrics;
+use crate::datastore::EndpointTelemetry;
 use crate::request::Slo;
 use crate::scheduling::plugins::latency_slo_admitter::{self, LatencySloAdmitter, REJECTION};
 use crate::scheduling::plugins::prefix_cache_affinity_filter::{
@@ -16,7 +16,7 @@ use crate::scheduling::{Admitter, Filter, InFlightLoad, LatencyPrediction, Prefi
 fn predicted(n: u8, ttft: f64, tpot: f64, slo: Slo, dispatched: i64) -> Candidate {
     let mut c = testing::candidate(
         n,
-        EndpointMetrics { kv_cache_usage: 0.5, running_requests: 1, ..Default::default() },
+        EndpointTelemetry { kv_cache_usage: 0.5, running_requests: 1, ..Default::default() },
     );
     c.attrs.latency = Some(LatencyPrediction {
         ttft_ms: ttft,
@@ -333,7 +333,7 @@ fn admitter_sheds_only_sheddable_requests_no_endpoint_can_serve_in_time() {
     let one_fits = [predicted(1, 50.0, 0.0, slo, 1), predicted(2, 900.0, 0.0, slo, 1)];
     assert_eq!(LatencySloAdmitter.admit(&req, &one_fits), Ok(()));
     let mut cold = predicted(3, 900.0, 0.0, slo, 1);
-    cold.metrics = std::sync::Arc::new(EndpointMetrics {
+    cold.telemetry = std::sync::Arc::new(EndpointTelemetry {
         kv_cache_usage: 0.01,
         running_requests: 1,
         ..Default::default()
@@ -345,7 +345,7 @@ fn admitter_sheds_only_sheddable_requests_no_endpoint_can_serve_in_time() {
     );
     let warm_up = [testing::candidate(
         1,
-        EndpointMetrics { kv_cache_usage: 0.5, running_requests: 3, ..Default::default() },
+        EndpointTelemetry { kv_cache_usage: 0.5, running_requests: 3, ..Default::default() },
     )];
     assert_eq!(LatencySloAdmitter.admit(&req, &warm_up), Ok(()), "no predictions: fail open");
     assert_rejects(latency_slo_admitter::factory, serde_json::json!({"threshold": 1}), "threshold");

@@ -42,8 +42,8 @@ impl Admitter for LatencySloAdmitter {
         }
         let (mut predicted, mut valid, mut idle, mut cold) = (false, false, false, false);
         for c in candidates {
-            cold |= c.metrics.kv_cache_usage < COLD_KV;
-            idle |= c.metrics.running_requests == 0;
+            cold |= c.telemetry.kv_cache_usage < COLD_KV;
+            idle |= c.telemetry.running_requests == 0;
             if let Some(l) = &c.attrs.latency {
                 predicted = true;
                 valid |= l.is_valid();

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::expect_no_params;
-use crate::datastore::EndpointMetrics;
+use crate::datastore::EndpointTelemetry;
 use crate::scheduling::{
     BuiltPlugin, Candidate, FactoryContext, PluginError, SchedulingRequest, Scorer, ScorerCategory,
 };
@@ -17,7 +17,7 @@ pub const TYPE_NAME: &str = "lora-affinity-scorer";
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LoraAffinityScorer;
 
-fn lora_score(target: &str, m: &EndpointMetrics) -> f64 {
+fn lora_score(target: &str, m: &EndpointTelemetry) -> f64 {
     if m.active_models.contains(target) {
         1.0
     } else if m.active_models.len() + m.waiting_models.len() < m.max_active_models {
@@ -42,7 +42,7 @@ impl Scorer for LoraAffinityScorer {
         scores: &mut [f64],
     ) {
         for (score, &i) in scores.iter_mut().zip(subset) {
-            *score = lora_score(req.target_model, &candidates[i].metrics);
+            *score = lora_score(req.target_model, &candidates[i].telemetry);
         }
     }
 }
@@ -62,8 +62,8 @@ mod tests {
     use crate::scheduling::plugins::testing::*;
     use serde_json::json;
 
-    fn metrics(active: &[&str], waiting: &[&str], max: usize) -> EndpointMetrics {
-        EndpointMetrics {
+    fn metrics(active: &[&str], waiting: &[&str], max: usize) -> EndpointTelemetry {
+        EndpointTelemetry {
             active_models: active.iter().map(std::string::ToString::to_string).collect(),
             waiting_models: waiting.iter().map(std::string::ToString::to_string).collect(),
             max_active_models: max,

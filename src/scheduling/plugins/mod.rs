@@ -36,8 +36,8 @@ pub mod token_load_scorer;
 pub mod utilization_detector;
 pub mod weighted_random_picker;
 
-mod detector_params;
 mod endpoint_key;
+mod param_checks;
 mod pick;
 mod request_hash;
 
@@ -51,12 +51,12 @@ pub use concurrency_detector::{
     Capacity, CapacityOverride, ConcurrencyConfig, ConcurrencyDetector, ConcurrencyMode,
 };
 pub use destination_endpoint_served_verifier::DestinationEndpointServedVerifier;
-pub use detector_params::InvalidParameter;
 pub use header_based_testing_filter::HeaderBasedTestingFilter;
 pub use inflight_load_producer::{InFlightLoadProducer, TokenBasis};
 pub use kv_cache_utilization_scorer::KvCacheUtilizationScorer;
 pub use lora_affinity_scorer::LoraAffinityScorer;
 pub use max_score_picker::MaxScorePicker;
+pub use param_checks::InvalidParameter;
 pub use predicted_latency::{PredictedLatencyProducer, ProducerSettings};
 pub use prefix_cache_scorer::PrefixCacheScorer;
 pub use prefix_hash::{prefix_block_hashes, CHARS_PER_TOKEN};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::detector_params::{non_negative, positive, unit_fraction, InvalidParameter};
+use super::param_checks::{non_negative, positive, unit_fraction, InvalidParameter};
 use super::request_hash::uniform;
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, FactoryContext, Filter, PluginError, SchedulingRequest,

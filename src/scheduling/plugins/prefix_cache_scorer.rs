@@ -134,7 +134,7 @@ pub fn factory(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datastore::EndpointMetrics;
+    use crate::datastore::EndpointTelemetry;
     use crate::scheduling::plugins::testing::*;
     use serde_json::json;
 
@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn match_ratio_and_missing_attribute() {
-        let mut c = vec![candidate(1, EndpointMetrics::default()), candidate(2, Default::default())];
+        let mut c = vec![candidate(1, EndpointTelemetry::default()), candidate(2, Default::default())];
         c[0].attrs.prefix = pm(3, 4, 64);
         let mut s = vec![f64::NAN; 2];
         PrefixCacheScorer::default().score(&RequestFixture::empty().request(), &c, &[0, 1], &mut s);

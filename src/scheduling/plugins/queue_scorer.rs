@@ -27,7 +27,7 @@ impl Scorer for QueueScorer {
         subset: &[usize],
         scores: &mut [f64],
     ) {
-        min_max_scores(subset.iter().map(|&i| candidates[i].metrics.waiting_queue_size), scores);
+        min_max_scores(subset.iter().map(|&i| candidates[i].telemetry.waiting_queue_size), scores);
     }
 }
 

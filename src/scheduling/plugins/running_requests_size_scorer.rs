@@ -27,7 +27,7 @@ impl Scorer for RunningRequestsSizeScorer {
         subset: &[usize],
         scores: &mut [f64],
     ) {
-        min_max_scores(subset.iter().map(|&i| candidates[i].metrics.running_requests), scores);
+        min_max_scores(subset.iter().map(|&i| candidates[i].telemetry.running_requests), scores);
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Instant;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-use crate::datastore::{Datastore, Endpoint, EndpointMetrics};
+use crate::datastore::{Datastore, Endpoint, EndpointTelemetry};
 use crate::request::{ApiKind, Headers, ParsedRequest};
 use crate::scheduling::PluginMetrics;
 use crate::scheduling::{
@@ -26,19 +26,22 @@ pub(crate) fn endpoint_at(name: &str, addr: &str) -> Arc<Endpoint> {
 }
 
 /// A candidate for endpoint `n` with the given telemetry.
-pub(crate) fn candidate(n: u8, metrics: EndpointMetrics) -> Candidate {
+pub(crate) fn candidate(n: u8, metrics: EndpointTelemetry) -> Candidate {
     let ep = endpoint(n);
-    ep.update_metrics(metrics);
+    ep.update_telemetry(metrics);
     Candidate::new(ep)
 }
 
 /// Candidates whose only telemetry is what `f` sets, for each value of `values`.
-pub(crate) fn candidates_with<T: Copy>(values: &[T], f: impl Fn(&mut EndpointMetrics, T)) -> Vec<Candidate> {
+pub(crate) fn candidates_with<T: Copy>(
+    values: &[T],
+    f: impl Fn(&mut EndpointTelemetry, T),
+) -> Vec<Candidate> {
     values
         .iter()
         .enumerate()
         .map(|(i, &v)| {
-            let mut m = EndpointMetrics::default();
+            let mut m = EndpointTelemetry::default();
             f(&mut m, v);
             candidate(i as u8 + 1, m)
         })

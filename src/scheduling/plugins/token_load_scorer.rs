@@ -87,7 +87,7 @@ pub fn factory(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datastore::EndpointMetrics;
+    use crate::datastore::EndpointTelemetry;
     use crate::scheduling::plugins::testing::*;
     use crate::scheduling::InFlightLoad;
     use serde_json::json;
@@ -104,7 +104,7 @@ mod tests {
 
     #[test]
     fn reads_inflight_tokens() {
-        let mut c = vec![candidate(1, EndpointMetrics::default()), candidate(2, Default::default())];
+        let mut c = vec![candidate(1, EndpointTelemetry::default()), candidate(2, Default::default())];
         c[1].attrs.inflight = InFlightLoad { requests: 3, tokens: 2_097_152 };
         let mut s = vec![f64::NAN; 2];
         let built = factory("t", None, &ctx()).unwrap();

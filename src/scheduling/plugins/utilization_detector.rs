@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use super::detector_params::{check_headroom, positive_int, InvalidParameter};
-use crate::datastore::EndpointMetrics;
+use super::param_checks::{check_headroom, positive_int, InvalidParameter};
+use crate::datastore::EndpointTelemetry;
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, FactoryContext, Filter, PendingLoad, PluginError,
     SaturationDetector, SchedulingRequest,
@@ -162,12 +162,12 @@ impl UtilizationDetector {
         &self.config
     }
 
-    fn is_stale(&self, metrics: &EndpointMetrics, now: Instant) -> bool {
+    fn is_stale(&self, metrics: &EndpointTelemetry, now: Instant) -> bool {
         metrics.is_stale(now, self.config.metrics_staleness_threshold)
     }
 
     /// The roofline score of one endpoint: its most constrained resource, 1.0 when its telemetry is stale.
-    pub fn endpoint_score(&self, metrics: &EndpointMetrics, now: Instant) -> f64 {
+    pub fn endpoint_score(&self, metrics: &EndpointTelemetry, now: Instant) -> f64 {
         if self.is_stale(metrics, now) {
             return 1.0;
         }
@@ -177,7 +177,7 @@ impl UtilizationDetector {
     }
 
     /// Whether the filter keeps an endpoint: fresh telemetry and strictly under both burst limits.
-    fn under_limits(&self, metrics: &EndpointMetrics, now: Instant) -> bool {
+    fn under_limits(&self, metrics: &EndpointTelemetry, now: Instant) -> bool {
         !self.is_stale(metrics, now)
             && (metrics.waiting_queue_size as f64) < self.queue_limit
             && metrics.kv_cache_usage < self.kv_limit
@@ -189,7 +189,7 @@ impl SaturationDetector for UtilizationDetector {
         if candidates.is_empty() {
             return 1.0;
         }
-        let total: f64 = candidates.iter().map(|c| self.endpoint_score(&c.metrics, now)).sum();
+        let total: f64 = candidates.iter().map(|c| self.endpoint_score(&c.telemetry, now)).sum();
         total / candidates.len() as f64
     }
 
@@ -206,21 +206,21 @@ impl SaturationDetector for UtilizationDetector {
     }
 
     fn stale_endpoints(&self, candidates: &[Candidate], now: Instant) -> usize {
-        candidates.iter().filter(|c| self.is_stale(&c.metrics, now)).count()
+        candidates.iter().filter(|c| self.is_stale(&c.telemetry, now)).count()
     }
 }
 
 impl Filter for UtilizationDetector {
     fn filter(&self, req: &SchedulingRequest<'_>, candidates: &[Candidate], kept: &mut Vec<usize>) {
         // Checked before removing anything so failing open needs no copy of the original list.
-        if !kept.iter().any(|&i| self.under_limits(&candidates[i].metrics, req.now)) {
+        if !kept.iter().any(|&i| self.under_limits(&candidates[i].telemetry, req.now)) {
             tracing::debug!(
                 endpoints = kept.len(),
                 "utilization-detector: every endpoint is stale or over its limits; failing open"
             );
             return;
         }
-        kept.retain(|&i| self.under_limits(&candidates[i].metrics, req.now));
+        kept.retain(|&i| self.under_limits(&candidates[i].telemetry, req.now));
     }
 }
 

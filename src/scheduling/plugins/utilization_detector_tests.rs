@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::*;
-use crate::datastore::EndpointMetrics;
+use crate::datastore::EndpointTelemetry;
 use crate::scheduling::plugins::testing::*;
 
 fn detector(config: UtilizationConfig) -> UtilizationDetector {
@@ -15,8 +15,8 @@ fn defaults() -> UtilizationDetector {
 }
 
 /// Fresh telemetry (produced at `at`) with the given queue depth and KV usage.
-fn fresh(at: Instant, queue: u64, kv: f64) -> EndpointMetrics {
-    EndpointMetrics {
+fn fresh(at: Instant, queue: u64, kv: f64) -> EndpointTelemetry {
+    EndpointTelemetry {
         waiting_queue_size: queue,
         kv_cache_usage: kv,
         update_time: Some(at),
@@ -204,7 +204,7 @@ fn no_candidates_is_saturated() {
 fn missing_metrics_score_one() {
     let now = Instant::now();
     // Never scraped: update_time is None.
-    let mut c = vec![candidate(1, EndpointMetrics::default())];
+    let mut c = vec![candidate(1, EndpointTelemetry::default())];
     assert_eq!(defaults().saturation(&c, now), 1.0);
     c.extend(fresh_candidates(now, &[(0, 0.0)]));
     assert_eq!(defaults().saturation(&c, now), 0.5);
@@ -230,9 +230,9 @@ fn stale_endpoints_are_counted() {
     let scraped = Instant::now();
     let now = scraped + Duration::from_millis(300);
     let c = vec![
-        candidate(1, fresh(scraped, 0, 0.0)),     // stale
-        candidate(2, EndpointMetrics::default()), // missing
-        candidate(3, fresh(now, 9, 0.9)),         // fresh, however loaded
+        candidate(1, fresh(scraped, 0, 0.0)),       // stale
+        candidate(2, EndpointTelemetry::default()), // missing
+        candidate(3, fresh(now, 9, 0.9)),           // fresh, however loaded
     ];
     let d = defaults();
     assert_eq!(d.stale_endpoints(&c, now), 2);
@@ -295,7 +295,7 @@ fn filter_drops_stale_and_unscraped_endpoints() {
     let now = scraped + Duration::from_secs(1);
     let c = vec![
         candidate(1, fresh(scraped, 0, 0.0)),
-        candidate(2, EndpointMetrics::default()),
+        candidate(2, EndpointTelemetry::default()),
         candidate(3, fresh(now, 0, 0.0)),
     ];
     assert_eq!(run_filter(&defaults(), &c, now), vec![2]);
@@ -312,7 +312,7 @@ fn filter_fails_open_when_it_would_drop_everything() {
         candidate(1, fresh(now, 50, 0.0)),
         candidate(2, fresh(scraped, 0, 0.0)),
         candidate(3, fresh(now, 0, 0.99)),
-        candidate(4, EndpointMetrics::default()),
+        candidate(4, EndpointTelemetry::default()),
     ];
     assert_eq!(run_filter(&defaults(), &c, now), vec![0, 1, 2, 3]);
     // "The original list" is the list the filter was given, e.g. what earlier filters left.
@@ -340,7 +340,7 @@ fn pending_requests_count_as_queue_depth_spread_over_candidates() {
     let idle = |n: u8| {
         crate::scheduling::plugins::testing::candidate(
             n,
-            crate::datastore::EndpointMetrics { update_time: Some(now), ..Default::default() },
+            crate::datastore::EndpointTelemetry { update_time: Some(now), ..Default::default() },
         )
     };
     let cands = vec![idle(1), idle(2)];

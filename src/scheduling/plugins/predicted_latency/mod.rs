@@ -84,7 +84,7 @@ impl PredictedLatencyProducer {
     /// The predictor's inputs for `candidate` (llm-d's `buildPredictionRequest`, plus the accelerator
     /// class).
     fn observe(&self, req: &SchedulingRequest<'_>, candidate: &Candidate, phases: PhaseLoad) -> Observation {
-        let metrics = &candidate.metrics;
+        let metrics = &candidate.telemetry;
         let inflight = candidate.attrs.inflight;
         Observation {
             kv_cache_percentage: metrics.kv_cache_usage as f32,

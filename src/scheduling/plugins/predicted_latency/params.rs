@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::super::detector_params::positive;
+use super::super::param_checks::positive;
 use crate::datastore::Endpoint;
 use crate::scheduling::{parse_params, PluginError};
 

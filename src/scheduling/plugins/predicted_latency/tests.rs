@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::datastore::EndpointMetrics;
+use crate::datastore::EndpointTelemetry;
 use crate::metrics::MetricsRegistry;
 use crate::predictor::online::{HubMode, OnlineConfig, PredictorHub};
 use crate::predictor::train::{Objective, Params};
@@ -32,7 +32,7 @@ fn labelled(n: u8, accelerator: &str, waiting: u64) -> Candidate {
     let labels = BTreeMap::from([("accelerator".to_string(), accelerator.to_string())]);
     let addr = format!("10.0.0.{n}:8000").parse().expect("test address");
     let ep = Arc::new(crate::datastore::Endpoint::new(format!("pod-{n}"), addr).with_labels(labels));
-    ep.update_metrics(EndpointMetrics {
+    ep.update_telemetry(EndpointTelemetry {
         waiting_queue_size: waiting,
         kv_cache_usage: 0.3,
         ..Default::default()
