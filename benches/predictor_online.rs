@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use rand::rngs::SmallRng;
+use rand::{Rng as _, SeedableRng};
 
 use epp::metrics::MetricsRegistry;
 use epp::predictor::features::Observation;
@@ -18,16 +20,13 @@ use epp::predictor::online::{
     Completion, OnlineConfig, OnlinePredictor, Target, TPOT_FEATURES, TTFT_FEATURES,
 };
 
-/// SplitMix64: reproducible inputs without a dependency.
-struct Rng(u64);
+/// Reproducible inputs from epp's own `rand` (the models' bench in crates/predictor, which has no `rand`,
+/// keeps its SplitMix64).
+struct Rng(SmallRng);
 
 impl Rng {
     fn unit(&mut self) -> f32 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32
+        self.0.random()
     }
 }
 
@@ -70,7 +69,7 @@ fn online(c: &mut Criterion) {
         ..OnlineConfig::default()
     };
     let mut service = OnlinePredictor::start(&config, &MetricsRegistry::new("bench")).expect("start");
-    let mut rng = Rng(11);
+    let mut rng = Rng(SmallRng::seed_from_u64(11));
     let intake = service.intake();
     for _ in 0..samples {
         assert!(intake.record(completion(&mut rng)), "intake sized for every sample");

@@ -2,7 +2,9 @@
 metadata, through `epp-knobs`), its gRPC health services, the API calls it makes
 (deploy/helm/epp/api-calls.yaml)."""
 
+import json
 import re
+import subprocess
 from pathlib import Path
 
 import kubernetes_validate
@@ -40,14 +42,10 @@ def runs_predictor(config_text):
 
 
 def _knobs():
-    """epp's flags and environment as clap defines them: the JSON of `epp-knobs` (crates/testkit), the
-    built binary when there is one (`make test` builds it), else through cargo."""
-    import json
-    import os
-    import subprocess
-    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
-    built = target / "debug" / "epp-knobs"
-    argv = [str(built)] if built.is_file() else ["cargo", "run", "-q", "-p", "epp-testkit", "--bin", "epp-knobs"]
+    """epp's flags and environment as clap defines them: the JSON of `epp-knobs` (crates/testkit). Always
+    through `cargo run`, which rebuilds it when src/cli changed: a binary left over from before a flag
+    was added would check the chart against stale flags."""
+    argv = ["cargo", "run", "-q", "-p", "epp-testkit", "--bin", "epp-knobs"]
     out = subprocess.run(argv, cwd=ROOT, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
