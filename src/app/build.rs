@@ -38,7 +38,7 @@ pub(super) struct Core {
 }
 
 impl Core {
-    pub fn build(cli: &Cli) -> anyhow::Result<Self> {
+    pub(super) fn build(cli: &Cli) -> anyhow::Result<Self> {
         let pool_name = cli.pool_label();
         let datastore = Arc::new(Datastore::new(pool_name.clone()));
         let metrics = MetricsRegistry::with_max_series(&pool_name, cli.max_series_per_family);
@@ -59,7 +59,7 @@ impl Core {
     }
 
     /// Tells the pipeline's plugins which endpoints left (they drop per-endpoint state).
-    pub fn on_removed(&self) -> RemovedHook {
+    pub(super) fn on_removed(&self) -> RemovedHook {
         let pipeline = self.pipeline.clone();
         Arc::new(move |removed| pipeline.on_endpoints_removed(removed))
     }

@@ -32,7 +32,7 @@ pub(super) struct Addresses {
 }
 
 impl Listeners {
-    pub async fn bind(serving: &Serving) -> anyhow::Result<(Self, Addresses)> {
+    pub(super) async fn bind(serving: &Serving) -> anyhow::Result<(Self, Addresses)> {
         let grpc = TcpListener::bind(serving.grpc).await.context("binding --grpc-port")?;
         let health = TcpListener::bind(serving.health).await.context("binding --grpc-health-port")?;
         let metrics = TcpListener::bind(serving.metrics).await.context("binding --metrics-port")?;

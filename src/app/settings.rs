@@ -81,7 +81,7 @@ const MIN_POOL_GAUGE_PERIOD: Duration = Duration::from_millis(10);
 
 impl Settings {
     /// Resolves the flags against the loaded configuration.
-    pub fn resolve(cli: &Cli, loaded: &LoadedConfig) -> anyhow::Result<Self> {
+    pub(super) fn resolve(cli: &Cli, loaded: &LoadedConfig) -> anyhow::Result<Self> {
         Ok(Self {
             endpoints: EndpointSources::resolve(cli, loaded)?,
             leader: cli.leader_config(),

@@ -13,7 +13,7 @@ use crate::health::HealthSettings;
 /// `endpointHealth` as written.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawEndpointHealth {
+pub(super) struct RawEndpointHealth {
     #[serde(default)]
     pub enabled: Option<bool>,
     #[serde(default)]

@@ -23,7 +23,7 @@ pub const KIND: &str = "EndpointPickerConfig";
 /// The deprecated environment variable that also turns the `flowControl` gate on (upstream
 /// kubernetes-sigs/gateway-api-inference-extension:cmd/epp/runner/runner.go), read with Go's
 /// `strconv.ParseBool` rules, as the Go EPP's runner does.
-pub const FLOW_CONTROL_ENV: &str = "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER";
+pub(super) const FLOW_CONTROL_ENV: &str = "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER";
 
 /// Loads a config from YAML text. An empty document (nothing but whitespace and comments) means "no
 /// configuration" and yields the default one.

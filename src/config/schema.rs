@@ -14,7 +14,7 @@ use super::values::{null_as_default, GoDuration, Quantity};
 /// The whole document.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawConfig {
+pub(super) struct RawConfig {
     #[serde(default)]
     pub api_version: Option<String>,
     #[serde(default)]
@@ -53,7 +53,7 @@ pub struct RawConfig {
 /// `plugins[]`: one plugin instance.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawPlugin {
+pub(super) struct RawPlugin {
     #[serde(default)]
     pub name: Option<String>,
     #[serde(rename = "type")]
@@ -65,7 +65,7 @@ pub struct RawPlugin {
 /// `schedulingProfiles[]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawProfile {
+pub(super) struct RawProfile {
     pub name: String,
     #[serde(default, deserialize_with = "null_as_default")]
     pub plugins: Vec<RawProfilePlugin>,
@@ -74,7 +74,7 @@ pub struct RawProfile {
 /// `schedulingProfiles[].plugins[]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawProfilePlugin {
+pub(super) struct RawProfilePlugin {
     pub plugin_ref: String,
     #[serde(default)]
     pub weight: Option<f64>,
@@ -83,14 +83,14 @@ pub struct RawProfilePlugin {
 /// `{pluginRef: name}` (saturationDetector, parser, dataLayer extractors).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawPluginRef {
+pub(super) struct RawPluginRef {
     pub plugin_ref: String,
 }
 
 /// `dataLayer`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawDataLayer {
+pub(super) struct RawDataLayer {
     #[serde(default, deserialize_with = "null_as_default")]
     pub sources: Vec<RawDataSource>,
 }
@@ -98,7 +98,7 @@ pub struct RawDataLayer {
 /// `dataLayer.sources[]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawDataSource {
+pub(super) struct RawDataSource {
     pub plugin_ref: String,
     #[serde(default, deserialize_with = "null_as_default")]
     pub extractors: Vec<RawPluginRef>,
@@ -107,7 +107,7 @@ pub struct RawDataSource {
 /// `flowControl`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawFlowControl {
+pub(super) struct RawFlowControl {
     #[serde(default)]
     pub max_bytes: Option<Quantity>,
     #[serde(default)]
@@ -126,7 +126,7 @@ pub struct RawFlowControl {
 /// accepted, and ignored, in the default band too).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawPriorityBand {
+pub(super) struct RawPriorityBand {
     #[serde(default)]
     pub priority: Option<i32>,
     #[serde(default)]
@@ -142,7 +142,7 @@ pub struct RawPriorityBand {
 /// `endpoints[]` (epp extension).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawEndpoint {
+pub(super) struct RawEndpoint {
     pub address: String,
     #[serde(default)]
     pub name: Option<String>,
@@ -153,7 +153,7 @@ pub struct RawEndpoint {
 /// `objectives[]` (epp extension).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawObjective {
+pub(super) struct RawObjective {
     pub name: String,
     pub priority: i32,
 }
@@ -161,7 +161,7 @@ pub struct RawObjective {
 /// `modelRewrites[]` (epp extension).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawModelRewrite {
+pub(super) struct RawModelRewrite {
     pub name: String,
     pub match_model: String,
     pub targets: Vec<RawRewriteTarget>,
@@ -170,7 +170,7 @@ pub struct RawModelRewrite {
 /// `modelRewrites[].targets[]` (epp extension). A missing weight counts as 1.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRewriteTarget {
+pub(super) struct RawRewriteTarget {
     pub model: String,
     #[serde(default)]
     pub weight: Option<f64>,
@@ -179,7 +179,7 @@ pub struct RawRewriteTarget {
 /// `tokenEstimator` (epp extension).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawTokenEstimator {
+pub(super) struct RawTokenEstimator {
     #[serde(default)]
     pub characters_per_token: Option<f64>,
     #[serde(default)]
@@ -187,7 +187,7 @@ pub struct RawTokenEstimator {
 }
 
 /// Decodes the document, reporting the path of the offending value.
-pub fn parse_document(text: &str) -> Result<RawConfig, super::ConfigError> {
+pub(super) fn parse_document(text: &str) -> Result<RawConfig, super::ConfigError> {
     let deserializer = serde_yaml_ng::Deserializer::from_str(text);
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let field = e.path().to_string();

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 /// A non-negative Kubernetes quantity, resolved to an integer (rounded up, as `Quantity.Value()` does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct Quantity(pub u64);
+pub(super) struct Quantity(pub u64);
 
 /// Parses a Kubernetes quantity string: a decimal number followed by a binary suffix (Ki, Mi, Gi, Ti, Pi,
 /// Ei), a decimal suffix (n, u, m, k, M, G, T, P, E) or a decimal exponent (e3, E-2). Negative values are
@@ -106,7 +106,7 @@ impl<'de> Deserialize<'de> for Quantity {
 
 /// A Go-style duration ("60s", "200ms", "1m30s", "1.5s"); the integer 0 is also accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct GoDuration(pub Duration);
+pub(super) struct GoDuration(pub Duration);
 
 /// Parses a duration string. "0" is zero; anything else goes through `humantime`, which accepts Go's
 /// units (ns, us, ms, s, m, h), fractions and concatenations such as "1m30s".
@@ -153,7 +153,7 @@ impl<'de> Deserialize<'de> for GoDuration {
 
 /// Deserializes a value whose YAML `null` (an empty key such as `plugins:`) means the default, as it does
 /// in the Go decoder.
-pub fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+pub(super) fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: Deserialize<'de> + Default,

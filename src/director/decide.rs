@@ -71,7 +71,7 @@ impl Refusal {
 
 /// What a traced decision reports besides its outcome: the route probe's explanation. Every method
 /// defaults to ignoring it, so [`decide`], which traces into [`NoTrace`], pays nothing for it.
-pub trait DecisionTrace: ProfileTrace {
+pub(super) trait DecisionTrace: ProfileTrace {
     /// Explaining rather than routing: go on past a refusal, to show what the admitters and scheduling
     /// would have made of the request, and skip the pre-request hooks, so nothing lasting happens.
     fn explaining(&self) -> bool {
@@ -107,7 +107,7 @@ pub fn decide(
 /// [`decide`], telling `trace` each step. The route probe is this function with an explaining trace: the
 /// same checks in the same order, the same random draws, so its pick is `decide`'s.
 #[allow(clippy::too_many_arguments)]
-pub fn decide_traced<T: DecisionTrace + ?Sized>(
+pub(super) fn decide_traced<T: DecisionTrace + ?Sized>(
     pipeline: &Pipeline,
     shedding: Option<&dyn SaturationDetector>,
     req: &SchedulingRequest<'_>,

@@ -213,7 +213,7 @@ pub struct ScoreView {
 
 /// Collects [`ProfileView`]s from traced profile runs.
 #[derive(Debug, Default)]
-pub struct ProfileExplain {
+pub(super) struct ProfileExplain {
     pub profiles: Vec<ProfileView>,
     /// Whether each candidate survives the filters so far, and a scratch membership set.
     live: Vec<bool>,

@@ -50,7 +50,7 @@ impl DiscoveryError {
 }
 
 /// Builds a client from `source`.
-pub async fn build_client(source: &ClientSource) -> Result<Client, DiscoveryError> {
+pub(super) async fn build_client(source: &ClientSource) -> Result<Client, DiscoveryError> {
     let config = match source {
         ClientSource::Kubeconfig(path) => {
             let err = |source| DiscoveryError::Kubeconfig { path: path.clone(), source };
@@ -63,7 +63,7 @@ pub async fn build_client(source: &ClientSource) -> Result<Client, DiscoveryErro
 }
 
 /// The InferencePool resource of `group` (`v1`, or `v1alpha2` for the older group).
-pub fn pool_resource(group: &str) -> Result<ApiResource, SpecError> {
+pub(super) fn pool_resource(group: &str) -> Result<ApiResource, SpecError> {
     let version = pool_version(group)?;
     Ok(ApiResource {
         group: group.to_string(),

@@ -35,11 +35,11 @@ use super::publish::{MetricsTarget, Publisher, RemovedHook};
 use crate::datastore::Datastore;
 
 /// Largest endpoints file accepted (upstream's cap).
-pub const MAX_FILE_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// Why the endpoints file was refused as a whole.
 #[derive(Debug, thiserror::Error)]
-pub enum FileDiscoveryError {
+pub(crate) enum FileDiscoveryError {
     #[error("endpoints file {path}: {source}")]
     Read {
         path: PathBuf,
@@ -78,13 +78,13 @@ struct Entry {
 
 /// The file's endpoints: the valid ones, and one message per invalid entry.
 #[derive(Debug, Default, PartialEq)]
-pub struct Parsed {
+pub(crate) struct Parsed {
     pub endpoints: Vec<DesiredEndpoint>,
     pub invalid: Vec<String>,
 }
 
 /// Parses the file's text (YAML, of which JSON is a subset).
-pub fn parse(text: &str) -> Result<Parsed, String> {
+pub(crate) fn parse(text: &str) -> Result<Parsed, String> {
     let file: EndpointsFile = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
     let mut parsed = Parsed::default();
     let mut names = BTreeSet::new();
@@ -137,7 +137,7 @@ fn parse_bytes(path: &Path, bytes: &[u8]) -> Result<Parsed, FileDiscoveryError> 
 }
 
 /// The first load: every error stops start-up.
-pub fn load(path: &Path) -> Result<(Vec<DesiredEndpoint>, Vec<u8>), FileDiscoveryError> {
+pub(crate) fn load(path: &Path) -> Result<(Vec<DesiredEndpoint>, Vec<u8>), FileDiscoveryError> {
     let bytes = read(path)?;
     let parsed = parse_bytes(path, &bytes)?;
     if !parsed.invalid.is_empty() {
@@ -148,7 +148,7 @@ pub fn load(path: &Path) -> Result<(Vec<DesiredEndpoint>, Vec<u8>), FileDiscover
 
 /// Where file discovery publishes: the datastore, the pipeline's removal hook, how `/metrics` URLs are
 /// formed, and the discovery metrics.
-pub struct Sink {
+pub(crate) struct Sink {
     pub datastore: Arc<Datastore>,
     pub on_removed: RemovedHook,
     pub target: MetricsTarget,
@@ -157,7 +157,7 @@ pub struct Sink {
 
 /// Loads `path` into the datastore (errors stop start-up), then, if `watch_period` is set, reloads it
 /// on change until `stop` turns true.
-pub fn start(
+pub(crate) fn start(
     path: PathBuf,
     sink: Sink,
     watch_period: Option<Duration>,

@@ -26,7 +26,7 @@
 //! families in the metrics registry; `app` wires it and hands it the pipeline's removal hook.
 
 mod client;
-pub mod file;
+pub(crate) mod file;
 mod leader;
 mod metrics;
 mod objectives;

@@ -35,7 +35,7 @@ impl Default for MetricsTarget {
 }
 
 /// Publishes endpoint sets into the datastore.
-pub struct Publisher {
+pub(super) struct Publisher {
     datastore: Arc<Datastore>,
     on_removed: RemovedHook,
     target: MetricsTarget,
@@ -44,7 +44,7 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    pub fn new(
+    pub(super) fn new(
         datastore: Arc<Datastore>,
         on_removed: RemovedHook,
         target: MetricsTarget,
@@ -53,17 +53,17 @@ impl Publisher {
         Self { datastore, on_removed, target, metrics, last: None }
     }
 
-    pub fn metrics_port(&self) -> Option<u16> {
+    pub(super) fn metrics_port(&self) -> Option<u16> {
         self.target.port
     }
 
     /// How many endpoints were last published.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.last.as_ref().map_or(0, Vec::len)
     }
 
     /// Replaces the datastore's endpoints with `desired` unless that is what it already holds.
-    pub fn publish(&mut self, desired: Vec<DesiredEndpoint>) {
+    pub(super) fn publish(&mut self, desired: Vec<DesiredEndpoint>) {
         if self.last.as_ref() == Some(&desired) {
             return;
         }

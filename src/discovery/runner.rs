@@ -53,7 +53,7 @@ pub(super) struct Runner {
 }
 
 impl Runner {
-    pub async fn run(mut self) {
+    pub(super) async fn run(mut self) {
         let mut client: Option<Client> = None;
         let mut reason = SyncReason::Initial;
         let mut failures: u32 = 0;

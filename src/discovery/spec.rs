@@ -15,7 +15,7 @@ pub const GROUP_V1: &str = "inference.networking.k8s.io";
 /// The older experimental group; its InferencePool is served as `v1alpha2`.
 pub const GROUP_X_K8S: &str = "inference.networking.x-k8s.io";
 /// At most this many target ports per pool (the v1 CRD's `MaxItems`).
-pub const MAX_TARGET_PORTS: usize = 8;
+pub(super) const MAX_TARGET_PORTS: usize = 8;
 
 /// Why a pool (object or flags) cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,19 +10,19 @@ use super::spec::PoolSpec;
 
 /// The pool spec and its selected pods, by pod name.
 #[derive(Debug, Default)]
-pub struct PoolState {
+pub(super) struct PoolState {
     pool: Option<PoolSpec>,
     pods: BTreeMap<String, PodInfo>,
 }
 
 impl PoolState {
     /// The spec in force; `None` when there is no usable pool (its endpoints are then none).
-    pub fn pool(&self) -> Option<&PoolSpec> {
+    pub(super) fn pool(&self) -> Option<&PoolSpec> {
         self.pool.as_ref()
     }
 
     /// Replaces everything with a fresh list: what is not listed is gone.
-    pub fn replace(&mut self, pool: Option<PoolSpec>, pods: impl IntoIterator<Item = PodInfo>) {
+    pub(super) fn replace(&mut self, pool: Option<PoolSpec>, pods: impl IntoIterator<Item = PodInfo>) {
         self.pool = pool;
         self.pods.clear();
         for pod in pods {
@@ -32,7 +32,7 @@ impl PoolState {
 
     /// A pod was added or changed. One that no longer matches the selector is dropped (an API server
     /// reports that as a delete on a selector watch; this holds either way).
-    pub fn upsert(&mut self, pod: PodInfo) {
+    pub(super) fn upsert(&mut self, pod: PodInfo) {
         match &self.pool {
             Some(pool) if pool.selects(&pod.labels) => {
                 self.pods.insert(pod.name.clone(), pod);
@@ -44,12 +44,12 @@ impl PoolState {
     }
 
     /// A pod was deleted.
-    pub fn remove(&mut self, name: &str) {
+    pub(super) fn remove(&mut self, name: &str) {
         self.pods.remove(name);
     }
 
     /// The endpoints this state yields, sorted by name.
-    pub fn desired(&self, metrics_port: Option<u16>) -> Vec<DesiredEndpoint> {
+    pub(super) fn desired(&self, metrics_port: Option<u16>) -> Vec<DesiredEndpoint> {
         desired_endpoints(self.pool.as_ref(), self.pods.values(), metrics_port)
     }
 }

@@ -6,11 +6,11 @@ use tonic_health::ServingStatus;
 
 /// Service names the health server answers for readiness.
 /// `inference-extension` is what the Go EPP's Helm chart probes, so epp's image works under that chart too.
-pub const READINESS_SERVICES: &[&str] =
+pub(crate) const READINESS_SERVICES: &[&str] =
     &["readiness", "", "envoy.service.ext_proc.v3.ExternalProcessor", "inference-extension"];
 
 /// Sets liveness serving and readiness to `ready`.
-pub async fn set_ready(reporter: &HealthReporter, ready: bool) {
+pub(crate) async fn set_ready(reporter: &HealthReporter, ready: bool) {
     reporter.set_service_status("liveness", ServingStatus::Serving).await;
     let status = if ready { ServingStatus::Serving } else { ServingStatus::NotServing };
     for name in READINESS_SERVICES {
@@ -20,7 +20,7 @@ pub async fn set_ready(reporter: &HealthReporter, ready: bool) {
 
 /// Shutdown has begun: readiness (and the ext_proc service name Envoy health-checks) report NOT_SERVING
 /// so no new traffic comes, while liveness stays SERVING so the drain is not cut short by a restart.
-pub async fn set_shutting_down(reporter: &HealthReporter) {
+pub(crate) async fn set_shutting_down(reporter: &HealthReporter) {
     for name in READINESS_SERVICES {
         reporter.set_service_status(*name, ServingStatus::NotServing).await;
     }

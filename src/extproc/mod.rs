@@ -6,12 +6,12 @@
 
 mod budget;
 pub mod envoy_msg;
-pub mod grpc_health;
-pub mod metrics;
+pub(crate) mod grpc_health;
+pub(crate) mod metrics;
 mod protocol;
 pub mod responses;
 pub mod stream;
-pub mod tls;
+pub(crate) mod tls;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -6,7 +6,7 @@ use std::path::Path;
 use tonic::transport::{Identity, ServerTlsConfig};
 
 #[derive(Debug, thiserror::Error)]
-pub enum TlsError {
+pub(crate) enum TlsError {
     #[error("reading {path}: {source}")]
     Read { path: String, source: std::io::Error },
     #[error("generating a self-signed certificate: {0}")]
@@ -14,7 +14,7 @@ pub enum TlsError {
 }
 
 /// TLS config from `dir/tls.crt` and `dir/tls.key`, or self-signed when `dir` is `None`.
-pub fn server_tls(dir: Option<&Path>) -> Result<ServerTlsConfig, TlsError> {
+pub(crate) fn server_tls(dir: Option<&Path>) -> Result<ServerTlsConfig, TlsError> {
     let (cert, key) = match dir {
         Some(dir) => {
             let read = |name: &str| {

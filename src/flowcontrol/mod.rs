@@ -20,9 +20,9 @@ mod dispatch;
 mod fallback;
 mod metrics;
 mod outcome;
-pub mod policies;
-pub mod queue;
-pub mod settings;
+pub(crate) mod policies;
+pub(crate) mod queue;
+pub(crate) mod settings;
 mod shared;
 
 use std::sync::Arc;

@@ -15,7 +15,7 @@ use super::settings::{FairnessPolicy, OrderingPolicy};
 /// When an item is due. `Never` sorts after every instant: an item with no deadline waits behind every
 /// item with one (EDF without a TTL, SLO-deadline without the header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Due {
+pub(crate) enum Due {
     At(Instant),
     Never,
 }
@@ -23,14 +23,14 @@ pub enum Due {
 /// The position of an item in its band: smaller goes first. `seq` (assigned in enqueue order) breaks ties,
 /// so equal deadlines are served first come, first served, and every key is unique.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct OrderKey {
+pub(crate) struct OrderKey {
     pub due: Due,
     pub seq: u64,
 }
 
 /// What the ordering policies read about a request.
 #[derive(Debug, Clone, Copy)]
-pub struct OrderingInputs {
+pub(crate) struct OrderingInputs {
     /// When the request entered the queue.
     pub enqueued_at: Instant,
     /// When epp received the request's headers.
@@ -42,7 +42,7 @@ pub struct OrderingInputs {
 }
 
 /// The sort key of a request under `policy`.
-pub fn order_key(policy: OrderingPolicy, inputs: &OrderingInputs, seq: u64) -> OrderKey {
+pub(crate) fn order_key(policy: OrderingPolicy, inputs: &OrderingInputs, seq: u64) -> OrderKey {
     let after = |base: Instant, d: Option<Duration>| match d.and_then(|d| base.checked_add(d)) {
         Some(at) => Due::At(at),
         None => Due::Never,
@@ -57,7 +57,7 @@ pub fn order_key(policy: OrderingPolicy, inputs: &OrderingInputs, seq: u64) -> O
 
 /// Which flow of a band goes next, given each non-empty flow's head key (flows sorted by id) and, for
 /// round-robin, the flow selected last.
-pub fn pick_flow<'a, V>(
+pub(crate) fn pick_flow<'a, V>(
     policy: FairnessPolicy,
     heads: &'a BTreeMap<String, V>,
     head_key: impl Fn(&V) -> Option<OrderKey>,

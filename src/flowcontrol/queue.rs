@@ -15,7 +15,7 @@ use super::settings::{FlowControlConfig, PriorityBand};
 
 /// Where one queued item is: enough to find it again for dispatch or removal.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Slot {
+pub(crate) struct Slot {
     pub priority: i32,
     pub flow: String,
     pub key: OrderKey,
@@ -63,7 +63,7 @@ struct Band<T> {
 
 /// All queued items.
 #[derive(Debug)]
-pub struct Queues<T> {
+pub(crate) struct Queues<T> {
     max_bytes: u64,
     max_requests: u64,
     default_band: PriorityBand,
@@ -79,7 +79,7 @@ fn over(limit: u64, current: u64, adding: u64) -> bool {
 }
 
 impl<T> Queues<T> {
-    pub fn new(config: &FlowControlConfig) -> Self {
+    pub(crate) fn new(config: &FlowControlConfig) -> Self {
         Self {
             max_bytes: config.max_bytes,
             max_requests: config.max_requests,
@@ -92,27 +92,27 @@ impl<T> Queues<T> {
     }
 
     /// The settings of `priority`'s band: its configured entry, else the default template.
-    pub fn band_settings(&self, priority: i32) -> PriorityBand {
+    pub(crate) fn band_settings(&self, priority: i32) -> PriorityBand {
         self.configured.get(&priority).copied().unwrap_or(self.default_band)
     }
 
     /// Queued requests, all bands.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.requests
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.requests == 0
     }
 
     /// Queued bytes, all bands.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
 
     /// Whether an item of `bytes` fits, checked in Go's order: global bytes, global requests, then the
     /// band's bytes and requests.
-    pub fn check_capacity(&self, priority: i32, bytes: u64) -> Result<(), CapacityError> {
+    pub(crate) fn check_capacity(&self, priority: i32, bytes: u64) -> Result<(), CapacityError> {
         if over(self.max_bytes, self.bytes, bytes) {
             return Err(CapacityError::GlobalBytes { limit: self.max_bytes });
         }
@@ -132,7 +132,7 @@ impl<T> Queues<T> {
     }
 
     /// Queues `payload` if it fits. `key` must be unique (its sequence number makes it so).
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         priority: i32,
         flow: &str,
@@ -163,20 +163,20 @@ impl<T> Queues<T> {
 
     /// The item that goes next: the highest non-empty band, its flow chosen by the band's fairness policy,
     /// that flow's head.
-    pub fn select(&self) -> Option<Slot> {
+    pub(crate) fn select(&self) -> Option<Slot> {
         let (Reverse(priority), band) = self.bands.iter().find(|(_, b)| b.requests > 0)?;
         let flow = pick_flow(band.settings.fairness, &band.flows, Flow::head, band.last_selected.as_deref())?;
         let key = band.flows.get(flow)?.head()?;
         Some(Slot { priority: *priority, flow: flow.to_string(), key })
     }
 
-    pub fn get(&self, slot: &Slot) -> Option<&T> {
+    pub(crate) fn get(&self, slot: &Slot) -> Option<&T> {
         let band = self.bands.get(&Reverse(slot.priority))?;
         band.flows.get(&slot.flow)?.items.get(&slot.key).map(|e| &e.payload)
     }
 
     /// Removes a dispatched item and moves the band's round-robin cursor to its flow.
-    pub fn take(&mut self, slot: &Slot) -> Option<(T, u64)> {
+    pub(crate) fn take(&mut self, slot: &Slot) -> Option<(T, u64)> {
         let taken = self.remove(slot)?;
         if let Some(band) = self.bands.get_mut(&Reverse(slot.priority)) {
             band.last_selected = Some(slot.flow.clone());
@@ -186,7 +186,7 @@ impl<T> Queues<T> {
 
     /// Removes an item that leaves without being dispatched (expired, cancelled); `None` if it is no
     /// longer queued. Returns the payload and its bytes.
-    pub fn remove(&mut self, slot: &Slot) -> Option<(T, u64)> {
+    pub(crate) fn remove(&mut self, slot: &Slot) -> Option<(T, u64)> {
         let band = self.bands.get_mut(&Reverse(slot.priority))?;
         let flow = band.flows.get_mut(&slot.flow)?;
         let entry = flow.items.remove(&slot.key)?;
@@ -201,7 +201,7 @@ impl<T> Queues<T> {
     }
 
     /// Removes every item (shutdown), in no particular order.
-    pub fn drain(&mut self) -> Vec<(T, u64)> {
+    pub(crate) fn drain(&mut self) -> Vec<(T, u64)> {
         let mut out = Vec::with_capacity(usize::try_from(self.requests).unwrap_or(0));
         for band in self.bands.values_mut() {
             for (_, flow) in std::mem::take(&mut band.flows) {

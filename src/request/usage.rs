@@ -24,7 +24,7 @@ pub const MAX_REPORTED_TOKENS: u64 = 100_000_000;
 
 /// Longest partial SSE line kept between chunks. A longer line is dropped (up to its newline) rather
 /// than buffered: usage events are a few hundred bytes, so nothing of interest is lost.
-pub const MAX_PENDING_LINE: usize = 1 << 20;
+pub(super) const MAX_PENDING_LINE: usize = 1 << 20;
 
 /// The `usage` object in either naming convention (chat/completions or Responses API).
 #[derive(Deserialize)]

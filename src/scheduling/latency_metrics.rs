@@ -49,7 +49,7 @@ pub struct PredictionLabels {
 
 /// [`PredictionLabels`] plus `type` (`ttft` / `tpot`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ViolationLabels {
+pub(crate) struct ViolationLabels {
     pub plugin_name: LabelValue,
     pub plugin_type: &'static str,
     pub model_name: LabelValue,
@@ -59,7 +59,7 @@ pub struct ViolationLabels {
 
 /// `{model, accelerator}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ErrorLabels {
+pub(crate) struct ErrorLabels {
     pub model: &'static str,
     pub accelerator: LabelValue,
 }

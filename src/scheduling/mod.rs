@@ -4,17 +4,17 @@
 //! loaded once at the start of the cycle, and the request carries the clock. That keeps it fast, testable
 //! without gRPC, and usable in virtual time.
 
-pub mod latency_metrics;
-pub mod metrics;
-pub mod observer;
-pub mod pipeline;
-pub mod plugin;
-pub mod plugin_metrics;
+pub(crate) mod latency_metrics;
+pub(crate) mod metrics;
+pub(crate) mod observer;
+pub(crate) mod pipeline;
+pub(crate) mod plugin;
+pub(crate) mod plugin_metrics;
 pub mod plugins;
-pub mod profile;
-pub mod registry;
-pub mod saturation;
-pub mod types;
+pub(crate) mod profile;
+pub(crate) mod registry;
+pub(crate) mod saturation;
+pub(crate) mod types;
 
 pub use latency_metrics::{LatencyKind, LatencyMetrics, PredictionLabels};
 pub use metrics::SchedulerMetrics;

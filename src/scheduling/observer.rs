@@ -54,12 +54,12 @@ impl Observer for NoopObserver {
 }
 
 /// Times plugin calls and hands each duration to a sink (the metrics registry).
-pub struct TimingObserver<F: Fn(ExtensionPoint, &PluginId, f64) + Send + Sync> {
+pub(crate) struct TimingObserver<F: Fn(ExtensionPoint, &PluginId, f64) + Send + Sync> {
     sink: F,
 }
 
 impl<F: Fn(ExtensionPoint, &PluginId, f64) + Send + Sync> TimingObserver<F> {
-    pub fn new(sink: F) -> Self {
+    pub(crate) fn new(sink: F) -> Self {
         Self { sink }
     }
 }

@@ -55,14 +55,14 @@ pub trait ProfileTrace {
 
 /// The trace of the hot path: nothing.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct NoTrace;
+pub(crate) struct NoTrace;
 
 impl ProfileTrace for NoTrace {}
 
 /// A scorer's value as it enters the weighted sum: clamped to [0, 1], NaN counted as 0 so one bad value
 /// cannot poison the sum.
 #[inline]
-pub fn clamp_score(s: f64) -> f64 {
+pub(crate) fn clamp_score(s: f64) -> f64 {
     if s.is_nan() {
         0.0
     } else {

@@ -51,7 +51,7 @@ impl FactoryContext {
 }
 
 /// Builds a plugin instance from its name and its `parameters` block (`None` when absent).
-pub type Factory = fn(
+pub(crate) type Factory = fn(
     name: &str,
     params: Option<&serde_json::Value>,
     ctx: &FactoryContext,

@@ -11,15 +11,15 @@ use epp::discovery::{ClientSource, Discovery, DiscoveryConfig, DiscoveryMetrics,
 use epp::metrics::MetricsRegistry;
 use epp_testkit::kube_api::FakeKubeApi;
 
-pub const NS: &str = "llm";
-pub const POOL: &str = "vllm-pool";
-pub const APP: (&str, &str) = ("app", "vllm");
-pub const ROLE: (&str, &str) = ("llm-d.ai/role", "decode");
+pub(crate) const NS: &str = "llm";
+pub(crate) const POOL: &str = "vllm-pool";
+pub(crate) const APP: (&str, &str) = ("app", "vllm");
+pub(crate) const ROLE: (&str, &str) = ("llm-d.ai/role", "decode");
 
 /// How long a step may take to show (generous: these machines are shared; nothing is timed).
 const DEADLINE: Duration = Duration::from_secs(60);
 
-pub struct Harness {
+pub(crate) struct Harness {
     pub api: FakeKubeApi,
     pub datastore: Arc<Datastore>,
     pub registry: Arc<MetricsRegistry>,
@@ -30,7 +30,7 @@ pub struct Harness {
 
 /// Discovery settings for a test: `resync` is the periodic relist (long when a test must see that
 /// something else repaired the state), fast backoff so outages recover quickly.
-pub fn config(source: PoolSource, resync: Duration) -> DiscoveryConfig {
+pub(crate) fn config(source: PoolSource, resync: Duration) -> DiscoveryConfig {
     let mut config = DiscoveryConfig::new(source, NS);
     config.resync_period = resync;
     config.backoff_min = Duration::from_millis(50);
@@ -38,13 +38,13 @@ pub fn config(source: PoolSource, resync: Duration) -> DiscoveryConfig {
     config
 }
 
-pub fn pool_source() -> PoolSource {
+pub(crate) fn pool_source() -> PoolSource {
     PoolSource::inference_pool(epp::discovery::GROUP_V1, POOL).expect("known group")
 }
 
 impl Harness {
     /// Starts discovery against `api` (already holding the test's objects).
-    pub fn start(api: FakeKubeApi, mut config: DiscoveryConfig) -> Self {
+    pub(crate) fn start(api: FakeKubeApi, mut config: DiscoveryConfig) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         config.client = ClientSource::Kubeconfig(api.write_kubeconfig(dir.path()).expect("kubeconfig"));
         let datastore = Arc::new(Datastore::new(POOL));
@@ -60,12 +60,12 @@ impl Harness {
     }
 
     /// The endpoints now, as `(name, ip:port)`.
-    pub fn endpoints(&self) -> BTreeSet<(String, String)> {
+    pub(crate) fn endpoints(&self) -> BTreeSet<(String, String)> {
         self.datastore.endpoints().iter().map(|e| (e.name.clone(), e.host_port.clone())).collect()
     }
 
     /// Waits until the endpoints are exactly `want`.
-    pub async fn expect(&self, want: &[(&str, &str)]) {
+    pub(crate) async fn expect(&self, want: &[(&str, &str)]) {
         let want: BTreeSet<(String, String)> =
             want.iter().map(|(n, a)| (n.to_string(), a.to_string())).collect();
         let mut last = BTreeSet::new();
@@ -78,7 +78,7 @@ impl Harness {
     }
 
     /// The value of the discovery series whose line contains every one of `parts`.
-    pub fn metric(&self, family: &str, parts: &[&str]) -> f64 {
+    pub(crate) fn metric(&self, family: &str, parts: &[&str]) -> f64 {
         let text = self.registry.encode();
         text.lines()
             .find(|l| l.starts_with(family) && parts.iter().all(|p| l.contains(p)))
@@ -87,7 +87,7 @@ impl Harness {
             .unwrap_or(0.0)
     }
 
-    pub fn synced(&self) -> bool {
+    pub(crate) fn synced(&self) -> bool {
         *self.discovery.synced().borrow()
     }
 }
@@ -99,7 +99,7 @@ impl Drop for Harness {
 }
 
 /// Polls `cond` every 10 ms until it holds or the deadline passes; true when it held.
-pub async fn poll(mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) async fn poll(mut cond: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while tokio::time::Instant::now() < deadline {
         if cond() {
@@ -111,6 +111,6 @@ pub async fn poll(mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// Waits until `cond` holds, failing with `what`.
-pub async fn eventually(what: &str, cond: impl FnMut() -> bool) {
+pub(crate) async fn eventually(what: &str, cond: impl FnMut() -> bool) {
     assert!(poll(cond).await, "never happened: {what}");
 }

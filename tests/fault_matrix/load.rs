@@ -12,7 +12,7 @@ use crate::MODEL;
 
 /// How one request ended.
 #[derive(Debug, Clone)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub at: Instant,
     /// HTTP status; 0 when the request failed before or while its response arrived.
     pub status: u16,
@@ -22,13 +22,13 @@ pub struct Sample {
 }
 
 impl Sample {
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.status == 200 && !self.cut
     }
 }
 
 /// A running load; [`ClosedLoop::stop`] ends it and returns every sample in completion order.
-pub struct ClosedLoop {
+pub(crate) struct ClosedLoop {
     stop: Arc<AtomicBool>,
     samples: Arc<Mutex<Vec<Sample>>>,
     tasks: JoinSet<()>,
@@ -36,7 +36,7 @@ pub struct ClosedLoop {
 
 impl ClosedLoop {
     /// Starts `concurrency` clients against `url` (`/v1/completions` through Envoy).
-    pub fn start(url: String, concurrency: usize) -> Self {
+    pub(crate) fn start(url: String, concurrency: usize) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let samples = Arc::new(Mutex::new(Vec::new()));
         let client = reqwest::Client::builder()
@@ -60,12 +60,12 @@ impl ClosedLoop {
     }
 
     /// The samples so far.
-    pub fn snapshot(&self) -> Vec<Sample> {
+    pub(crate) fn snapshot(&self) -> Vec<Sample> {
         self.samples.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Waits until `ready(samples)` holds (polling), or `deadline` passes; returns whether it held.
-    pub async fn wait_for(&self, deadline: Duration, ready: impl Fn(&[Sample]) -> bool) -> bool {
+    pub(crate) async fn wait_for(&self, deadline: Duration, ready: impl Fn(&[Sample]) -> bool) -> bool {
         let end = Instant::now() + deadline;
         while Instant::now() < end {
             if ready(&self.snapshot()) {
@@ -77,7 +77,7 @@ impl ClosedLoop {
     }
 
     /// Stops every client after its current request and returns all samples.
-    pub async fn stop(mut self) -> Vec<Sample> {
+    pub(crate) async fn stop(mut self) -> Vec<Sample> {
         self.stop.store(true, Ordering::Relaxed);
         while self.tasks.join_next().await.is_some() {}
         self.snapshot()
@@ -100,29 +100,29 @@ async fn send(client: &reqwest::Client, url: &str, prompt: &str) -> Sample {
 }
 
 /// Samples that ended after `since`.
-pub fn after(samples: &[Sample], since: Instant) -> Vec<Sample> {
+pub(crate) fn after(samples: &[Sample], since: Instant) -> Vec<Sample> {
     samples.iter().filter(|s| s.at >= since).cloned().collect()
 }
 
 /// How many of `samples` failed.
-pub fn errors(samples: &[Sample]) -> usize {
+pub(crate) fn errors(samples: &[Sample]) -> usize {
     samples.iter().filter(|s| !s.ok()).count()
 }
 
 /// How many of `samples` `backend` served.
-pub fn served_by(samples: &[Sample], backend: &str) -> usize {
+pub(crate) fn served_by(samples: &[Sample], backend: &str) -> usize {
     samples.iter().filter(|s| s.backend.as_deref() == Some(backend)).count()
 }
 
 /// The last `n` samples all succeeded (the fault's errors have stopped).
-pub fn last_all_ok(samples: &[Sample], n: usize) -> bool {
+pub(crate) fn last_all_ok(samples: &[Sample], n: usize) -> bool {
     samples.len() >= n && samples[samples.len() - n..].iter().all(Sample::ok)
 }
 
 /// An open-loop load: requests started at a fixed rate whatever the responses do, recording like
 /// [`ClosedLoop`]; at most `max_outstanding` at once (a start beyond that is not sent and counted in
 /// [`OpenLoop::shed`]: the load generator, not the system under test, ran out of room).
-pub struct OpenLoop {
+pub(crate) struct OpenLoop {
     stop: Arc<AtomicBool>,
     samples: Arc<Mutex<Vec<Sample>>>,
     shed: Arc<std::sync::atomic::AtomicU64>,
@@ -130,7 +130,7 @@ pub struct OpenLoop {
 }
 
 impl OpenLoop {
-    pub fn start(url: String, rate_per_second: f64, max_outstanding: usize) -> Self {
+    pub(crate) fn start(url: String, rate_per_second: f64, max_outstanding: usize) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let samples = Arc::new(Mutex::new(Vec::new()));
         let client = reqwest::Client::builder()
@@ -169,16 +169,16 @@ impl OpenLoop {
     }
 
     /// Starts skipped because `max_outstanding` requests were already out.
-    pub fn shed(&self) -> u64 {
+    pub(crate) fn shed(&self) -> u64 {
         self.shed.load(Ordering::Relaxed)
     }
 
-    pub fn snapshot(&self) -> Vec<Sample> {
+    pub(crate) fn snapshot(&self) -> Vec<Sample> {
         self.samples.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Stops starting requests, waits for the outstanding ones, and returns all samples.
-    pub async fn stop(self) -> Vec<Sample> {
+    pub(crate) async fn stop(self) -> Vec<Sample> {
         let Self { stop, samples, task, .. } = self;
         stop.store(true, Ordering::Relaxed);
         let _ = task.await;

@@ -25,13 +25,13 @@ use tonic::Streaming;
 /// A fake model server: serves a vLLM-format `/metrics` page (rendered by `epp_sim::VllmPage`, the
 /// workspace's one renderer) whose queue and KV values tests set.
 #[derive(Clone)]
-pub struct FakeModelServer {
+pub(crate) struct FakeModelServer {
     pub addr: SocketAddr,
     state: Arc<Mutex<(u64, f64)>>,
 }
 
 impl FakeModelServer {
-    pub async fn start(waiting: u64, kv: f64) -> Self {
+    pub(crate) async fn start(waiting: u64, kv: f64) -> Self {
         use axum::{routing::get, Router};
         let state = Arc::new(Mutex::new((waiting, kv)));
         let s = state.clone();
@@ -59,14 +59,14 @@ impl FakeModelServer {
         Self { addr, state }
     }
 
-    pub fn set(&self, waiting: u64, kv: f64) {
+    pub(crate) fn set(&self, waiting: u64, kv: f64) {
         *self.state.lock().unwrap() = (waiting, kv);
     }
 }
 
 /// Starts epp on loopback ports with `extra` flags and the given endpoints, and waits until every
 /// endpoint's telemetry has been scraped once.
-pub async fn start_epp(endpoints: &[SocketAddr], extra: &[&str]) -> Server {
+pub(crate) async fn start_epp(endpoints: &[SocketAddr], extra: &[&str]) -> Server {
     let eps: Vec<String> = endpoints.iter().map(std::string::ToString::to_string).collect();
     let mut args = vec![
         "epp".to_string(),
@@ -93,7 +93,7 @@ pub async fn start_epp(endpoints: &[SocketAddr], extra: &[&str]) -> Server {
 }
 
 /// Polls `cond` until it holds (generous deadline: these machines are noisy; no timing is asserted).
-pub async fn wait_until(mut cond: impl FnMut() -> bool) {
+pub(crate) async fn wait_until(mut cond: impl FnMut() -> bool) {
     for _ in 0..1000 {
         if cond() {
             return;
@@ -104,13 +104,13 @@ pub async fn wait_until(mut cond: impl FnMut() -> bool) {
 }
 
 /// One ext_proc stream, driven message by message.
-pub struct Stream {
+pub(crate) struct Stream {
     pub tx: mpsc::Sender<ProcessingRequest>,
     pub rx: Streaming<ProcessingResponse>,
 }
 
 impl Stream {
-    pub async fn open(server: &Server) -> Self {
+    pub(crate) async fn open(server: &Server) -> Self {
         let mut client =
             ExternalProcessorClient::connect(format!("http://{}", server.grpc_addr)).await.expect("connect");
         let (tx, rx) = mpsc::channel(64);
@@ -118,11 +118,11 @@ impl Stream {
         Self { tx, rx }
     }
 
-    pub async fn send(&self, m: ProcessingRequest) {
+    pub(crate) async fn send(&self, m: ProcessingRequest) {
         self.tx.send(m).await.expect("send");
     }
 
-    pub async fn recv(&mut self) -> Resp {
+    pub(crate) async fn recv(&mut self) -> Resp {
         let m = tokio::time::timeout(Duration::from_secs(10), self.rx.message())
             .await
             .expect("a response within 10s")
@@ -131,12 +131,12 @@ impl Stream {
         m.response.expect("response set")
     }
 
-    pub async fn recv_full(&mut self) -> ProcessingResponse {
+    pub(crate) async fn recv_full(&mut self) -> ProcessingResponse {
         tokio::time::timeout(Duration::from_secs(10), self.rx.message()).await.unwrap().unwrap().unwrap()
     }
 }
 
-pub fn header_map(headers: &[(&str, &str)]) -> HeaderMap {
+pub(crate) fn header_map(headers: &[(&str, &str)]) -> HeaderMap {
     HeaderMap {
         headers: headers
             .iter()
@@ -149,7 +149,11 @@ pub fn header_map(headers: &[(&str, &str)]) -> HeaderMap {
     }
 }
 
-pub fn request_headers(headers: &[(&str, &str)], eos: bool, mode: Option<BodySendMode>) -> ProcessingRequest {
+pub(crate) fn request_headers(
+    headers: &[(&str, &str)],
+    eos: bool,
+    mode: Option<BodySendMode>,
+) -> ProcessingRequest {
     ProcessingRequest {
         request: Some(Msg::RequestHeaders(HttpHeaders {
             headers: Some(header_map(headers)),
@@ -165,11 +169,11 @@ pub fn request_headers(headers: &[(&str, &str)], eos: bool, mode: Option<BodySen
     }
 }
 
-pub fn post_headers(path: &str) -> Vec<(&'static str, String)> {
+pub(crate) fn post_headers(path: &str) -> Vec<(&'static str, String)> {
     vec![(":method", "POST".into()), (":path", path.to_string()), ("content-type", "application/json".into())]
 }
 
-pub fn body(bytes: &[u8], eos: bool) -> ProcessingRequest {
+pub(crate) fn body(bytes: &[u8], eos: bool) -> ProcessingRequest {
     ProcessingRequest {
         request: Some(Msg::RequestBody(HttpBody {
             body: bytes.to_vec(),
@@ -180,7 +184,7 @@ pub fn body(bytes: &[u8], eos: bool) -> ProcessingRequest {
     }
 }
 
-pub fn response_headers(headers: &[(&str, &str)], eos: bool) -> ProcessingRequest {
+pub(crate) fn response_headers(headers: &[(&str, &str)], eos: bool) -> ProcessingRequest {
     ProcessingRequest {
         request: Some(Msg::ResponseHeaders(HttpHeaders {
             headers: Some(header_map(headers)),
@@ -191,7 +195,7 @@ pub fn response_headers(headers: &[(&str, &str)], eos: bool) -> ProcessingReques
     }
 }
 
-pub fn response_body(bytes: &[u8], eos: bool) -> ProcessingRequest {
+pub(crate) fn response_body(bytes: &[u8], eos: bool) -> ProcessingRequest {
     ProcessingRequest {
         request: Some(Msg::ResponseBody(HttpBody {
             body: bytes.to_vec(),
@@ -202,7 +206,7 @@ pub fn response_body(bytes: &[u8], eos: bool) -> ProcessingRequest {
     }
 }
 
-pub fn request_trailers() -> ProcessingRequest {
+pub(crate) fn request_trailers() -> ProcessingRequest {
     ProcessingRequest {
         request: Some(Msg::RequestTrailers(HttpTrailers { trailers: Some(HeaderMap::default()) })),
         ..Default::default()
@@ -210,7 +214,7 @@ pub fn request_trailers() -> ProcessingRequest {
 }
 
 /// Adds the gateway's subset hint to a message.
-pub fn with_subset(mut m: ProcessingRequest, subset: &[&str]) -> ProcessingRequest {
+pub(crate) fn with_subset(mut m: ProcessingRequest, subset: &[&str]) -> ProcessingRequest {
     let list = Value {
         kind: Some(Kind::ListValue(ListValue {
             values: subset.iter().map(|s| Value { kind: Some(Kind::StringValue(s.to_string())) }).collect(),
@@ -228,7 +232,7 @@ pub fn with_subset(mut m: ProcessingRequest, subset: &[&str]) -> ProcessingReque
 
 /// What a routing answer said.
 #[derive(Debug, Default)]
-pub struct Routing {
+pub(crate) struct Routing {
     pub set: HashMap<String, String>,
     pub removed: Vec<String>,
     pub metadata_destination: Option<String>,
@@ -236,7 +240,7 @@ pub struct Routing {
     pub body: Option<Vec<u8>>,
 }
 
-pub fn routing_of(r: &ProcessingResponse) -> Routing {
+pub(crate) fn routing_of(r: &ProcessingResponse) -> Routing {
     let common = match &r.response {
         Some(Resp::RequestHeaders(h)) => h.response.clone(),
         Some(Resp::RequestBody(b)) => b.response.clone(),
@@ -264,7 +268,7 @@ pub fn routing_of(r: &ProcessingResponse) -> Routing {
 }
 
 /// The bytes and end-of-stream flag of a streamed body answer.
-pub fn streamed_of(r: &Resp) -> (Vec<u8>, bool) {
+pub(crate) fn streamed_of(r: &Resp) -> (Vec<u8>, bool) {
     let common = match r {
         Resp::RequestBody(b) | Resp::ResponseBody(b) => b.response.clone().unwrap_or_default(),
         other => panic!("not a body answer: {other:?}"),
@@ -276,7 +280,7 @@ pub fn streamed_of(r: &Resp) -> (Vec<u8>, bool) {
 }
 
 /// Status and body of an immediate response.
-pub fn immediate_of(r: &Resp) -> (i32, String) {
+pub(crate) fn immediate_of(r: &Resp) -> (i32, String) {
     match r {
         Resp::ImmediateResponse(i) => {
             (i.status.as_ref().map_or(0, |s| s.code), String::from_utf8_lossy(&i.body).into_owned())

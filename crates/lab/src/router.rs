@@ -151,7 +151,7 @@ pub(crate) fn load_config(
 
 impl Router {
     /// Builds the router for one run; `seed` drives its random choices.
-    pub fn new(choice: &RouterChoice, datastore: Arc<Datastore>, seed: u64) -> Result<Self, String> {
+    pub(crate) fn new(choice: &RouterChoice, datastore: Arc<Datastore>, seed: u64) -> Result<Self, String> {
         let spec = &choice.spec;
         let rng = SmallRng::seed_from_u64(seed ^ 0x726f_7574_6572);
         Ok(match spec {
@@ -178,12 +178,12 @@ impl Router {
     }
 
     /// Whether decisions read endpoint telemetry (the blind baselines do not, so scrapes can be skipped).
-    pub fn reads_telemetry(&self) -> bool {
+    pub(crate) fn reads_telemetry(&self) -> bool {
         matches!(self, Router::Pipeline(_))
     }
 
     /// The virtual time of the predictor's next retrain tick (`None` without a predictor).
-    pub fn next_retrain(&self) -> Option<f64> {
+    pub(crate) fn next_retrain(&self) -> Option<f64> {
         match self {
             Router::Pipeline(p) => p.training.as_ref().map(Training::next_tick),
             _ => None,
@@ -191,7 +191,7 @@ impl Router {
     }
 
     /// Runs the predictor's retrain tick that is due.
-    pub fn retrain(&mut self) {
+    pub(crate) fn retrain(&mut self) {
         if let Router::Pipeline(p) = self {
             if let Some(t) = &mut p.training {
                 t.tick();
@@ -200,7 +200,7 @@ impl Router {
     }
 
     /// The predictor's account of the run (`None` without a predictor).
-    pub fn predictor_report(&self) -> Option<PredictorReport> {
+    pub(crate) fn predictor_report(&self) -> Option<PredictorReport> {
         match self {
             Router::Pipeline(p) => p.training.as_ref().map(Training::report),
             _ => None,
@@ -208,7 +208,11 @@ impl Router {
     }
 
     /// Chooses the replica for a request; `Err` carries why the pipeline refused it.
-    pub fn route(&mut self, req: &Arriving<'_>, endpoints: &[Arc<Endpoint>]) -> Result<Routed, Refused> {
+    pub(crate) fn route(
+        &mut self,
+        req: &Arriving<'_>,
+        endpoints: &[Arc<Endpoint>],
+    ) -> Result<Routed, Refused> {
         match self {
             Router::Random(rng) => {
                 Ok(Routed { replica: rng.random_range(0..endpoints.len()), dispatch: None })
@@ -226,7 +230,7 @@ impl Router {
     }
 
     /// The first token reached the client.
-    pub fn on_first_token(&mut self, dispatch: Option<&DispatchInfo>, now: Instant) {
+    pub(crate) fn on_first_token(&mut self, dispatch: Option<&DispatchInfo>, now: Instant) {
         if let (Router::Pipeline(p), Some(info)) = (self, dispatch) {
             p.response_headers.clear();
             let served = Some(info.endpoint.host_port.as_str());
@@ -237,7 +241,7 @@ impl Router {
 
     /// The response ended (`usage` is `None` when the server refused the request); its first token came
     /// at `first_token`.
-    pub fn on_complete(
+    pub(crate) fn on_complete(
         &mut self,
         dispatch: Option<DispatchInfo>,
         usage: Option<Usage>,

@@ -101,7 +101,7 @@ pub(crate) struct Training {
 
 impl Training {
     /// Takes the service a loaded config's producer attached to `hub`; `None` when no producer did.
-    pub fn take(hub: &PredictorHub) -> Option<Self> {
+    pub(crate) fn take(hub: &PredictorHub) -> Option<Self> {
         let streaming = hub.streaming()?;
         let service = hub.take()?;
         let predictor = service.predictor();
@@ -122,12 +122,12 @@ impl Training {
     }
 
     /// The virtual time of the next retrain tick.
-    pub fn next_tick(&self) -> f64 {
+    pub(crate) fn next_tick(&self) -> f64 {
         self.next_tick
     }
 
     /// Runs the tick due at `next_tick`: retrains when a request completed since the last one.
-    pub fn tick(&mut self) {
+    pub(crate) fn tick(&mut self) {
         let t = self.next_tick;
         self.next_tick += self.interval;
         if !std::mem::take(&mut self.fresh) {
@@ -139,7 +139,7 @@ impl Training {
     }
 
     /// A decision was made, on the chosen endpoint's prediction or without one.
-    pub fn decided(&mut self, prediction: Option<&LatencyPrediction>) {
+    pub(crate) fn decided(&mut self, prediction: Option<&LatencyPrediction>) {
         match prediction {
             Some(_) => self.predicted += 1,
             None => self.fallback += 1,
@@ -148,7 +148,7 @@ impl Training {
 
     /// A routed request completed: it is training data for the next tick, and its prediction (if it
     /// had one) is scored against what happened.
-    pub fn completed(&mut self, prediction: Option<&LatencyPrediction>, actual: &Actual) {
+    pub(crate) fn completed(&mut self, prediction: Option<&LatencyPrediction>, actual: &Actual) {
         self.fresh = true;
         let Some(p) = prediction else { return };
         if !self.streaming {
@@ -162,7 +162,7 @@ impl Training {
         }
     }
 
-    pub fn report(&self) -> PredictorReport {
+    pub(crate) fn report(&self) -> PredictorReport {
         let models = self.predictor.snapshot();
         let heldout = |m: Option<&Arc<epp::predictor::online::Models>>, tpot: bool| {
             let m = m?;

@@ -17,7 +17,7 @@ use crate::scheduling::{
     SchedulingRequest, SchedulingResult, ScoredCandidate, Scorer, ScorerCategory,
 };
 
-pub fn ctx() -> FactoryContext {
+pub(super) fn ctx() -> FactoryContext {
     FactoryContext::new(Arc::new(Datastore::new("test")), PluginMetrics::detached())
 }
 
@@ -200,7 +200,7 @@ fake!(filter_scorer, "filter-scorer", NoParams, |p| p
 fake!(inert, "inert-plugin", NoParams, |p| p);
 
 /// A registry with every fake.
-pub fn registry() -> Registry {
+pub(super) fn registry() -> Registry {
     let mut r = Registry::new();
     r.register("queue-scorer", queue_scorer);
     r.register("kv-cache-utilization-scorer", kv_scorer);

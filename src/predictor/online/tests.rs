@@ -12,7 +12,7 @@ use super::*;
 pub(super) struct Rng(pub u64);
 
 impl Rng {
-    pub fn unit(&mut self) -> f32 {
+    pub(super) fn unit(&mut self) -> f32 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

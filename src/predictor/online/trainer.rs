@@ -49,7 +49,7 @@ pub(super) struct Trainer {
 }
 
 impl Trainer {
-    pub fn new(config: &OnlineConfig) -> Self {
+    pub(super) fn new(config: &OnlineConfig) -> Self {
         Trainer {
             params: config.params.clone(),
             min_samples: config.min_samples,
@@ -64,7 +64,7 @@ impl Trainer {
 
     /// Adds a completed request's training rows. A latency that is negative or not a number is skipped
     /// (it would fail the whole retrain).
-    pub fn ingest(&mut self, completion: &Completion) {
+    pub(super) fn ingest(&mut self, completion: &Completion) {
         let valid = |ms: f32| ms.is_finite() && ms >= 0.0;
         let o = &completion.observation;
         if valid(completion.ttft_ms) {
@@ -83,7 +83,7 @@ impl Trainer {
     }
 
     /// Training samples held for `target`.
-    pub fn len(&self, target: Target) -> usize {
+    pub(super) fn len(&self, target: Target) -> usize {
         match target {
             Target::Ttft => self.ttft.len(),
             Target::Tpot => self.tpot.len(),
@@ -91,7 +91,7 @@ impl Trainer {
     }
 
     /// Buckets holding at least one training sample.
-    pub fn buckets_filled(&self, target: Target) -> usize {
+    pub(super) fn buckets_filled(&self, target: Target) -> usize {
         match target {
             Target::Ttft => self.ttft.bucket_counts().filter(|&n| n > 0).count(),
             Target::Tpot => self.tpot.bucket_counts().filter(|&n| n > 0).count(),
@@ -99,7 +99,7 @@ impl Trainer {
     }
 
     /// Held-out samples for `target`.
-    pub fn test_len(&self, target: Target) -> usize {
+    pub(super) fn test_len(&self, target: Target) -> usize {
         match target {
             Target::Ttft => self.ttft.test().count(),
             Target::Tpot => self.tpot.test().count(),
@@ -108,13 +108,13 @@ impl Trainer {
 
     /// Whether `target`'s window holds enough samples to train on: `min_samples`, or `min_samples_fresh`
     /// while the target has no model (`has_model` false); at least one.
-    pub fn ready(&self, target: Target, has_model: bool) -> bool {
+    pub(super) fn ready(&self, target: Target, has_model: bool) -> bool {
         let needed = if has_model { self.min_samples } else { self.min_samples_fresh };
         self.len(target) >= needed.max(1)
     }
 
     /// Fits `target`'s model on its window and scores it on the held-out split.
-    pub fn retrain(&mut self, target: Target) -> Result<Model, TrainError> {
+    pub(super) fn retrain(&mut self, target: Target) -> Result<Model, TrainError> {
         match target {
             Target::Ttft => fit(&self.params, &self.ttft, &mut self.rows, &mut self.targets),
             Target::Tpot => fit(&self.params, &self.tpot, &mut self.rows, &mut self.targets),

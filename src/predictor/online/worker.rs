@@ -87,7 +87,7 @@ pub(super) struct Worker {
 impl Worker {
     /// The thread's loop: take samples as they come, retrain every interval, save every save interval,
     /// and save once more when stopped.
-    pub fn run(mut self, stop: &AtomicBool) -> Result<(), PersistError> {
+    pub(super) fn run(mut self, stop: &AtomicBool) -> Result<(), PersistError> {
         let interval = self.retrain_interval.max(MIN_INTERVAL);
         let mut next = Instant::now() + interval;
         while !stop.load(Ordering::Relaxed) {
@@ -115,7 +115,7 @@ impl Worker {
     }
 
     /// Takes every message already queued; `false` when one says stop.
-    pub fn drain(&mut self) -> bool {
+    pub(super) fn drain(&mut self) -> bool {
         while let Ok(message) = self.receiver.try_recv() {
             if !self.handle(message) {
                 return false;
@@ -144,7 +144,7 @@ impl Worker {
 
     /// Retrains every target with enough samples and publishes the next generation (a target that did
     /// not retrain keeps its current model). `false` when nothing was published.
-    pub fn retrain(&mut self) -> bool {
+    pub(super) fn retrain(&mut self) -> bool {
         self.fresh = 0;
         self.refresh_window_gauges();
         let mut trained = [None, None];
@@ -181,7 +181,7 @@ impl Worker {
     }
 
     /// Writes the current models if they changed since the last save.
-    pub fn save(&mut self) -> Result<(), PersistError> {
+    pub(super) fn save(&mut self) -> Result<(), PersistError> {
         self.last_save = Instant::now();
         let (Some(store), Some(models)) = (&self.store, self.predictor.snapshot()) else {
             return Ok(());

@@ -27,7 +27,7 @@ use crate::scheduling::{
     FactoryContext, PluginError, PreRequest, PrefixMatch, SchedulingRequest, SchedulingResult,
 };
 
-pub const TYPE_NAME: &str = "approx-prefix-cache-producer";
+pub(crate) const TYPE_NAME: &str = "approx-prefix-cache-producer";
 
 /// The profile whose target also gets the prompt recorded (P/D disaggregation).
 const PREFILL_PROFILE: &str = "prefill";
@@ -270,7 +270,7 @@ fn positive(name: &str, field: &str, value: Option<usize>, default: usize) -> Re
 
 /// Decodes and validates the parameters
 /// (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/).
-pub fn parse_config(
+pub(crate) fn parse_config(
     name: &str,
     params: Option<&serde_json::Value>,
 ) -> Result<ApproxPrefixCacheConfig, PluginError> {
@@ -311,7 +311,7 @@ pub fn parse_config(
     })
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     ctx: &FactoryContext,

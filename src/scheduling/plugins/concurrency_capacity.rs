@@ -19,10 +19,10 @@ use serde::Deserialize;
 use super::param_checks::{check_headroom, positive_int, InvalidParameter};
 use crate::datastore::Endpoint;
 
-pub const DEFAULT_MAX_CONCURRENCY: i64 = 100;
-pub const DEFAULT_MAX_TOKEN_CONCURRENCY: i64 = 1_000_000;
-pub const DEFAULT_CAPACITY_LABEL: &str = "epp.io/max-concurrency";
-pub const DEFAULT_TOKEN_CAPACITY_LABEL: &str = "epp.io/max-token-concurrency";
+pub(crate) const DEFAULT_MAX_CONCURRENCY: i64 = 100;
+pub(crate) const DEFAULT_MAX_TOKEN_CONCURRENCY: i64 = 1_000_000;
+pub(crate) const DEFAULT_CAPACITY_LABEL: &str = "epp.io/max-concurrency";
+pub(crate) const DEFAULT_TOKEN_CAPACITY_LABEL: &str = "epp.io/max-token-concurrency";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -39,10 +39,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
 use super::concurrency_capacity::Params;
-pub use super::concurrency_capacity::{
-    Capacity, CapacityOverride, ConcurrencyConfig, ConcurrencyMode, DEFAULT_CAPACITY_LABEL,
-    DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_TOKEN_CONCURRENCY, DEFAULT_TOKEN_CAPACITY_LABEL,
-};
+pub use super::concurrency_capacity::{Capacity, CapacityOverride, ConcurrencyConfig, ConcurrencyMode};
 use super::endpoint_key::{endpoint_key, EndpointKey, IntBuildHasher};
 use super::param_checks::InvalidParameter;
 use crate::datastore::Endpoint;
@@ -52,7 +49,7 @@ use crate::scheduling::{
     SchedulingResult,
 };
 
-pub const TYPE_NAME: &str = "concurrency-detector";
+pub(crate) const TYPE_NAME: &str = "concurrency-detector";
 
 /// In-flight work on one endpoint, with the capacity resolved when it was first dispatched to.
 struct EndpointLoad {
@@ -242,7 +239,7 @@ impl EndpointListener for ConcurrencyDetector {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use super::expect_no_params;
 use crate::scheduling::{BuiltPlugin, DispatchInfo, FactoryContext, PluginError, ResponseHook};
 
-pub const TYPE_NAME: &str = "destination-endpoint-served-verifier";
+pub(crate) const TYPE_NAME: &str = "destination-endpoint-served-verifier";
 
 /// The response header the served endpoint is copied into.
-pub const SERVED_ENDPOINT_HEADER: &str = "x-conformance-test-served-endpoint";
+pub(crate) const SERVED_ENDPOINT_HEADER: &str = "x-conformance-test-served-endpoint";
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DestinationEndpointServedVerifier;
@@ -31,7 +31,7 @@ impl ResponseHook for DestinationEndpointServedVerifier {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

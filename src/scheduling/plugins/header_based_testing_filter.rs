@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::expect_no_params;
 use crate::scheduling::{BuiltPlugin, Candidate, FactoryContext, Filter, PluginError, SchedulingRequest};
 
-pub const TYPE_NAME: &str = "header-based-testing-filter";
+pub(crate) const TYPE_NAME: &str = "header-based-testing-filter";
 
 /// The request header naming the endpoints to keep.
 use crate::wire::TEST_SELECTION_HEADER as SELECTION_HEADER;
@@ -61,7 +61,7 @@ impl Filter for HeaderBasedTestingFilter {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

@@ -33,7 +33,7 @@ use crate::scheduling::{
     FactoryContext, InFlightLoad, PluginError, PreRequest, ResponseHook, SchedulingRequest, SchedulingResult,
 };
 
-pub const TYPE_NAME: &str = "inflight-load-producer";
+pub(crate) const TYPE_NAME: &str = "inflight-load-producer";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -200,7 +200,7 @@ impl EndpointListener for InFlightLoadProducer {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     ctx: &FactoryContext,

@@ -9,7 +9,7 @@ use crate::scheduling::{
     BuiltPlugin, Candidate, FactoryContext, PluginError, SchedulingRequest, Scorer, ScorerCategory,
 };
 
-pub const TYPE_NAME: &str = "kv-cache-utilization-scorer";
+pub(crate) const TYPE_NAME: &str = "kv-cache-utilization-scorer";
 
 /// `score = 1 − kv_cache_usage` (the framework clamps to [0, 1]).
 #[derive(Debug, Default, Clone, Copy)]
@@ -33,7 +33,7 @@ impl Scorer for KvCacheUtilizationScorer {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

@@ -47,12 +47,12 @@ use crate::scheduling::{
     ScorerCategory,
 };
 
-pub const TYPE_NAME: &str = "latency-scorer";
+pub(crate) const TYPE_NAME: &str = "latency-scorer";
 
 /// How a tier with headroom is scored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Strategy {
+pub(crate) enum Strategy {
     /// Least headroom first: pack.
     Least,
     /// Most headroom first: spread.
@@ -75,7 +75,7 @@ struct Params {
 
 /// The scorer's validated weights.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LatencyScorer {
+pub(crate) struct LatencyScorer {
     pub ttft_weight: f64,
     pub tpot_weight: f64,
     pub strategy: Strategy,
@@ -298,7 +298,7 @@ impl Scorer for LatencyScorer {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _: &FactoryContext,

@@ -14,10 +14,10 @@ use crate::scheduling::{
     parse_params, Admitter, BuiltPlugin, Candidate, DataKey, FactoryContext, PluginError, SchedulingRequest,
 };
 
-pub const TYPE_NAME: &str = "latency-slo-admitter";
+pub(crate) const TYPE_NAME: &str = "latency-slo-admitter";
 
 /// The reason a shed request gets.
-pub const REJECTION: &str = "no endpoint is predicted to meet the SLO";
+pub(crate) const REJECTION: &str = "no endpoint is predicted to meet the SLO";
 
 /// Below this KV-cache utilisation an endpoint counts as cold (llm-d's 0.02).
 const COLD_KV: f64 = 0.02;
@@ -33,7 +33,7 @@ struct Params {
 }
 
 #[derive(Debug, Default)]
-pub struct LatencySloAdmitter;
+pub(crate) struct LatencySloAdmitter;
 
 impl Admitter for LatencySloAdmitter {
     fn admit(&self, req: &SchedulingRequest<'_>, candidates: &[Candidate]) -> Result<(), String> {
@@ -60,7 +60,7 @@ impl Admitter for LatencySloAdmitter {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _: &FactoryContext,

@@ -11,7 +11,7 @@ use crate::scheduling::{
     BuiltPlugin, Candidate, FactoryContext, PluginError, SchedulingRequest, Scorer, ScorerCategory,
 };
 
-pub const TYPE_NAME: &str = "lora-affinity-scorer";
+pub(crate) const TYPE_NAME: &str = "lora-affinity-scorer";
 
 /// The first rule that applies wins; capacity is checked before "waiting", as in GIE.
 #[derive(Debug, Default, Clone, Copy)]
@@ -47,7 +47,7 @@ impl Scorer for LoraAffinityScorer {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

@@ -14,7 +14,7 @@ use rand::seq::SliceRandom;
 use super::pick::{emit, max_num_of_endpoints, top_n_desc};
 use crate::scheduling::{BuiltPlugin, FactoryContext, Picker, PluginError, ScoredCandidate};
 
-pub const TYPE_NAME: &str = "max-score-picker";
+pub(crate) const TYPE_NAME: &str = "max-score-picker";
 
 #[derive(Debug, Clone, Copy)]
 pub struct MaxScorePicker {
@@ -36,7 +36,7 @@ impl Picker for MaxScorePicker {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

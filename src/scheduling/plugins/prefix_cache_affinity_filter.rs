@@ -20,12 +20,12 @@ use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, FactoryContext, Filter, PluginError, SchedulingRequest,
 };
 
-pub const TYPE_NAME: &str = "prefix-cache-affinity-filter";
+pub(crate) const TYPE_NAME: &str = "prefix-cache-affinity-filter";
 
 /// Where the load gate's per-endpoint TTFT comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub enum TtftSource {
+pub(crate) enum TtftSource {
     /// In-flight prefill tokens over the peak prefill throughput.
     PrefillThroughput,
     /// The predicted TTFT (`predicted-latency-producer`).
@@ -46,7 +46,7 @@ struct Params {
 
 /// The filter's validated settings.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AffinitySettings {
+pub(crate) struct AffinitySettings {
     pub affinity_threshold: f64,
     pub exploration_probability: f64,
     pub max_ttft_penalty_ms: f64,
@@ -70,13 +70,13 @@ impl Default for AffinitySettings {
 }
 
 #[derive(Debug)]
-pub struct PrefixCacheAffinityFilter {
+pub(crate) struct PrefixCacheAffinityFilter {
     name: String,
     settings: AffinitySettings,
 }
 
 impl PrefixCacheAffinityFilter {
-    pub fn new(name: &str, settings: AffinitySettings) -> Self {
+    pub(crate) fn new(name: &str, settings: AffinitySettings) -> Self {
         Self { name: name.to_string(), settings }
     }
 
@@ -182,7 +182,7 @@ impl AffinitySettings {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _: &FactoryContext,

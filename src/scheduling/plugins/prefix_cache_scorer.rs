@@ -23,7 +23,7 @@ use crate::scheduling::{
     SchedulingRequest, Scorer, ScorerCategory,
 };
 
-pub const TYPE_NAME: &str = "prefix-cache-scorer";
+pub(crate) const TYPE_NAME: &str = "prefix-cache-scorer";
 
 const DEFAULT_MATCH_LENGTH_SCALE_TOKENS: u64 = 8192;
 
@@ -96,7 +96,7 @@ impl Scorer for PrefixCacheScorer {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

@@ -9,7 +9,7 @@ use crate::scheduling::{
     BuiltPlugin, Candidate, FactoryContext, PluginError, SchedulingRequest, Scorer, ScorerCategory,
 };
 
-pub const TYPE_NAME: &str = "queue-scorer";
+pub(crate) const TYPE_NAME: &str = "queue-scorer";
 
 /// `score = (maxQ − q) / (maxQ − minQ)`, or 1 when every queue is the same length.
 #[derive(Debug, Default, Clone, Copy)]
@@ -31,7 +31,7 @@ impl Scorer for QueueScorer {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

@@ -10,7 +10,7 @@ use rand::seq::SliceRandom;
 use super::pick::{emit, max_num_of_endpoints};
 use crate::scheduling::{BuiltPlugin, FactoryContext, Picker, PluginError, ScoredCandidate};
 
-pub const TYPE_NAME: &str = "random-picker";
+pub(crate) const TYPE_NAME: &str = "random-picker";
 
 #[derive(Debug, Clone, Copy)]
 pub struct RandomPicker {
@@ -42,7 +42,7 @@ impl Picker for RandomPicker {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

@@ -9,7 +9,7 @@ use crate::scheduling::{
     BuiltPlugin, Candidate, FactoryContext, PluginError, SchedulingRequest, Scorer, ScorerCategory,
 };
 
-pub const TYPE_NAME: &str = "running-requests-size-scorer";
+pub(crate) const TYPE_NAME: &str = "running-requests-size-scorer";
 
 /// `score = (maxR − r) / (maxR − minR)`, or 1 when every endpoint runs the same number.
 #[derive(Debug, Default, Clone, Copy)]
@@ -31,7 +31,7 @@ impl Scorer for RunningRequestsSizeScorer {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

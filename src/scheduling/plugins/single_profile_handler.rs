@@ -10,7 +10,7 @@ use crate::scheduling::{
     BuiltPlugin, FactoryContext, PluginError, ProfileHandler, ProfileRunResult, SchedulingRequest,
 };
 
-pub const TYPE_NAME: &str = "single-profile-handler";
+pub(crate) const TYPE_NAME: &str = "single-profile-handler";
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SingleProfileHandler;
@@ -34,7 +34,7 @@ impl ProfileHandler for SingleProfileHandler {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

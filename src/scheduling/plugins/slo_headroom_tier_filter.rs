@@ -18,7 +18,7 @@ use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, FactoryContext, Filter, PluginError, SchedulingRequest,
 };
 
-pub const TYPE_NAME: &str = "slo-headroom-tier-filter";
+pub(crate) const TYPE_NAME: &str = "slo-headroom-tier-filter";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -27,13 +27,13 @@ struct Params {
 }
 
 #[derive(Debug)]
-pub struct SloHeadroomTierFilter {
+pub(crate) struct SloHeadroomTierFilter {
     name: String,
     epsilon: f64,
 }
 
 impl SloHeadroomTierFilter {
-    pub fn new(name: &str, epsilon: f64) -> Self {
+    pub(crate) fn new(name: &str, epsilon: f64) -> Self {
         Self { name: name.to_string(), epsilon }
     }
 }
@@ -57,7 +57,7 @@ impl Filter for SloHeadroomTierFilter {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _: &FactoryContext,

@@ -16,10 +16,10 @@ use crate::scheduling::{
     ScorerCategory,
 };
 
-pub const TYPE_NAME: &str = "token-load-scorer";
+pub(crate) const TYPE_NAME: &str = "token-load-scorer";
 
 /// "128 requests @ 32K" tokens.
-pub const DEFAULT_QUEUE_THRESHOLD_TOKENS: i64 = 4_194_304;
+pub(crate) const DEFAULT_QUEUE_THRESHOLD_TOKENS: i64 = 4_194_304;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -65,7 +65,7 @@ impl Scorer for TokenLoadScorer {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

@@ -48,11 +48,11 @@ use crate::scheduling::{
     SaturationDetector, SchedulingRequest,
 };
 
-pub const TYPE_NAME: &str = "utilization-detector";
+pub(crate) const TYPE_NAME: &str = "utilization-detector";
 
-pub const DEFAULT_QUEUE_DEPTH_THRESHOLD: u64 = 5;
-pub const DEFAULT_KV_CACHE_UTIL_THRESHOLD: f64 = 0.8;
-pub const DEFAULT_METRICS_STALENESS_THRESHOLD: Duration = Duration::from_millis(200);
+pub(crate) const DEFAULT_QUEUE_DEPTH_THRESHOLD: u64 = 5;
+pub(crate) const DEFAULT_KV_CACHE_UTIL_THRESHOLD: f64 = 0.8;
+pub(crate) const DEFAULT_METRICS_STALENESS_THRESHOLD: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -224,7 +224,7 @@ impl Filter for UtilizationDetector {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

@@ -19,7 +19,7 @@ use super::pick::{max_num_of_endpoints, top_n_desc};
 use super::random_picker::pick_uniform;
 use crate::scheduling::{BuiltPlugin, FactoryContext, Picker, PluginError, ScoredCandidate};
 
-pub const TYPE_NAME: &str = "weighted-random-picker";
+pub(crate) const TYPE_NAME: &str = "weighted-random-picker";
 
 thread_local! {
     /// (key, candidate index) per endpoint, reused across requests.
@@ -67,7 +67,7 @@ impl Picker for WeightedRandomPicker {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     _ctx: &FactoryContext,

@@ -21,7 +21,7 @@ const CUT_SAMPLE: usize = 65_536;
 
 impl Binned {
     /// Bins `rows` (`n_features` values per row). `max_bins` is clamped to 2..=256.
-    pub fn new(rows: &[f32], n_features: usize, max_bins: usize) -> Self {
+    pub(super) fn new(rows: &[f32], n_features: usize, max_bins: usize) -> Self {
         let n_rows = rows.len().checked_div(n_features).unwrap_or(0);
         let max_bins = max_bins.clamp(2, 256);
         let stride = n_rows.div_ceil(CUT_SAMPLE).max(1);

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// A collection: `pods` (core) or `inferencepools.<group>`.
-pub type Resource = String;
+pub(super) type Resource = String;
 
 /// Equality label selector and `metadata.name` field selector of a list or watch call.
 #[derive(Debug, Clone, Default)]
@@ -96,14 +96,14 @@ pub struct Store {
 }
 
 /// One watch stream line: `{"type": …, "object": …}\n`.
-pub fn line(kind: &str, object: &Value) -> Bytes {
+pub(super) fn line(kind: &str, object: &Value) -> Bytes {
     let mut text = json!({"type": kind, "object": object}).to_string();
     text.push('\n');
     Bytes::from(text)
 }
 
 /// A `Status` object (errors, and the 410 ERROR event).
-pub fn status(code: u16, reason: &str, message: &str) -> Value {
+pub(super) fn status(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
            "message": message, "reason": reason, "code": code})
 }

@@ -37,7 +37,7 @@ fn name_of(object: &Value) -> String {
 }
 
 /// POST: stores a new object (ADDED); refused when the name is taken.
-pub fn create(
+pub(super) fn create(
     store: &mut Store,
     resource: &str,
     namespace: &str,
@@ -53,7 +53,7 @@ pub fn create(
 
 /// PUT: replaces `name` (MODIFIED) if `object` carries its current resourceVersion (or none, which the
 /// real server takes as an unconditional update).
-pub fn update(
+pub(super) fn update(
     store: &mut Store,
     resource: &str,
     namespace: &str,

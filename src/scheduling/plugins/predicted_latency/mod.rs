@@ -30,10 +30,10 @@ use crate::scheduling::{
     LatencyPrediction, PluginError, SchedulingRequest,
 };
 
-pub use params::{ProducerSettings, DEFAULT_ACCELERATOR_LABELS};
+pub use params::ProducerSettings;
 use tracking::{PhaseLoad, Tracker};
 
-pub const TYPE_NAME: &str = "predicted-latency-producer";
+pub(crate) const TYPE_NAME: &str = "predicted-latency-producer";
 
 thread_local! {
     /// Feature rows and predictions of one request, reused: no allocation per candidate.
@@ -278,7 +278,7 @@ impl DataProducer for PredictedLatencyProducer {
     }
 }
 
-pub fn factory(
+pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
     ctx: &FactoryContext,

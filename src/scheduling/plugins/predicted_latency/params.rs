@@ -13,7 +13,7 @@ use crate::scheduling::{parse_params, PluginError};
 
 /// Endpoint labels read for the accelerator class, first present wins: the lab's and static config's
 /// `accelerator`, an epp-namespaced pod label, and GKE's node label when copied onto pods.
-pub const DEFAULT_ACCELERATOR_LABELS: [&str; 3] =
+pub(super) const DEFAULT_ACCELERATOR_LABELS: [&str; 3] =
     ["accelerator", "epp.io/accelerator", "cloud.google.com/gke-accelerator"];
 
 #[derive(Debug, Deserialize)]

@@ -50,7 +50,7 @@ pub(super) struct Record {
 /// the moment a first chunk passes, with no scrape delay, and they are what slows an engine's next steps:
 /// chunked prefill stalls every decode on the replica, and each step's cost grows with the decode context.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PhaseLoad {
+pub(super) struct PhaseLoad {
     pub prefill_tokens: u64,
     pub decode_tokens: u64,
     /// Requests past their first chunk: the decodes a new request's prefill would stall.
@@ -59,12 +59,12 @@ pub struct PhaseLoad {
 
 impl PhaseLoad {
     /// What a request holds from dispatch to its first chunk: the part of its prompt not cached there.
-    pub fn prefilling(observation: &Observation) -> Self {
+    pub(super) fn prefilling(observation: &Observation) -> Self {
         PhaseLoad { prefill_tokens: observation.uncached_tokens(), decode_tokens: 0, decode_requests: 0 }
     }
 
     /// What it holds once decoding: its prompt, as context every step reads.
-    pub fn decoding(observation: &Observation) -> Self {
+    pub(super) fn decoding(observation: &Observation) -> Self {
         PhaseLoad {
             prefill_tokens: 0,
             decode_tokens: u64::from(observation.input_tokens),
@@ -100,7 +100,7 @@ pub(super) struct RunningObjectives {
 
 impl RunningObjectives {
     /// The tokens epp has in flight on `endpoint`, by phase.
-    pub fn phase_load(&self, endpoint: &Arc<Endpoint>) -> PhaseLoad {
+    pub(super) fn phase_load(&self, endpoint: &Arc<Endpoint>) -> PhaseLoad {
         self.phases.get(&endpoint_key(endpoint)).copied().unwrap_or_default()
     }
 
@@ -129,7 +129,7 @@ impl RunningObjectives {
     }
 
     /// The tightest TPOT objective running on `endpoint`, in ms.
-    pub fn min(&self, endpoint: &Arc<Endpoint>) -> Option<f64> {
+    pub(super) fn min(&self, endpoint: &Arc<Endpoint>) -> Option<f64> {
         let set = self.by_endpoint.get(&endpoint_key(endpoint))?;
         set.keys().next().map(|bits| f64::from_bits(*bits))
     }
@@ -154,12 +154,12 @@ impl RunningObjectives {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.by_endpoint.values().flat_map(|s| s.values()).sum()
     }
 
     /// Endpoints with tokens in flight.
-    pub fn loaded_endpoints(&self) -> usize {
+    pub(super) fn loaded_endpoints(&self) -> usize {
         self.phases.len()
     }
 }
@@ -178,7 +178,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Tracker {
-    pub fn new(ttl: Duration) -> Self {
+    pub(super) fn new(ttl: Duration) -> Self {
         Tracker {
             shards: std::array::from_fn(|_| Mutex::new(HashMap::default())),
             running: Mutex::new(RunningObjectives::default()),
@@ -192,13 +192,13 @@ impl Tracker {
     }
 
     /// The running objectives, locked for one request's candidates.
-    pub fn running(&self) -> MutexGuard<'_, RunningObjectives> {
+    pub(super) fn running(&self) -> MutexGuard<'_, RunningObjectives> {
         lock(&self.running)
     }
 
     /// Remembers a dispatched request (registering its TPOT objective on its endpoint), and now and then
     /// forgets requests older than the TTL at `now`.
-    pub fn insert(&self, id: u64, record: Record, now: Instant) {
+    pub(super) fn insert(&self, id: u64, record: Record, now: Instant) {
         {
             let mut running = self.running();
             if let Some(slo) = record.running_tpot_slo_ms {
@@ -214,7 +214,7 @@ impl Tracker {
 
     /// A response chunk of a running request: the first one moves its prompt from the endpoint's prefill
     /// tokens to its decode context.
-    pub fn chunk(&self, id: u64, first: bool, now: Instant) {
+    pub(super) fn chunk(&self, id: u64, first: bool, now: Instant) {
         let mut shard = self.shard(id);
         let Some(record) = shard.get_mut(&id) else { return };
         record.chunks += 1;
@@ -232,14 +232,14 @@ impl Tracker {
     }
 
     /// Forgets a request (it ended); its record, if it was still remembered.
-    pub fn remove(&self, id: u64) -> Option<Record> {
+    pub(super) fn remove(&self, id: u64) -> Option<Record> {
         let record = self.shard(id).remove(&id)?;
         self.running().release(&record);
         Some(record)
     }
 
     /// Forgets every request dispatched more than the TTL before `now`.
-    pub fn sweep(&self, now: Instant) {
+    pub(super) fn sweep(&self, now: Instant) {
         for shard in &self.shards {
             let mut expired = Vec::new();
             lock(shard).retain(|_, r| {
@@ -258,7 +258,7 @@ impl Tracker {
 
     /// Drops the running objectives of endpoints that left the pool (their records end with their
     /// requests).
-    pub fn forget_endpoints(&self, removed: &[Arc<Endpoint>]) {
+    pub(super) fn forget_endpoints(&self, removed: &[Arc<Endpoint>]) {
         let mut running = self.running();
         for endpoint in removed {
             running.by_endpoint.remove(&endpoint_key(endpoint));
@@ -267,7 +267,7 @@ impl Tracker {
     }
 
     /// Requests remembered.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).len()).sum()
     }
 }
