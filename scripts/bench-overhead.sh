@@ -151,8 +151,11 @@ run_live() {
   start "epp-noop-extproc :$noop_port" "$WORK/noop.log" \
     "$BIN_DIR/epp-noop-extproc" --port "$noop_port" --endpoints "$endpoints"
   wait_for_port "$noop_port" epp-noop-extproc "$WORK/noop.log" "$LAST_PID"
-  start_envoy epp deploy/envoy/envoy-full-duplex.yaml $((BASE_PORT + 31)) $((BASE_PORT + 41)) EXTPROC_PORT="$epp_port"
-  start_envoy noop deploy/envoy/envoy-full-duplex.yaml $((BASE_PORT + 32)) $((BASE_PORT + 42)) EXTPROC_PORT="$noop_port"
+  # Both ext_proc servers plaintext (the no-op one has no TLS), so the comparison is epp's work alone.
+  start_envoy epp deploy/envoy/envoy-full-duplex.yaml $((BASE_PORT + 31)) $((BASE_PORT + 41)) EXTPROC_PORT="$epp_port" \
+    EXTPROC_TRANSPORT=raw_buffer.v3.RawBuffer
+  start_envoy noop deploy/envoy/envoy-full-duplex.yaml $((BASE_PORT + 32)) $((BASE_PORT + 42)) EXTPROC_PORT="$noop_port" \
+    EXTPROC_TRANSPORT=raw_buffer.v3.RawBuffer
   start_envoy direct deploy/envoy/envoy-direct-pool.yaml $((BASE_PORT + 33)) $((BASE_PORT + 43)) \
     BACKEND_PORT_1="${backend_ports[0]}" BACKEND_PORT_2="${backend_ports[1]}" \
     BACKEND_PORT_3="${backend_ports[2]}" BACKEND_PORT_4="${backend_ports[3]}"

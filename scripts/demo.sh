@@ -105,7 +105,7 @@ live_run() { # name description epp-args...
   endpoints=$(printf '127.0.0.1:%s,' "${SIM_PORTS[@]}")
   echo "== starting epp (ext_proc :$EXTPROC_PORT, metrics :$METRICS_PORT): $description"
   "$BIN_DIR/epp" --grpc-port "$EXTPROC_PORT" --grpc-health-port "$HEALTH_PORT" --metrics-port "$METRICS_PORT" \
-    --endpoints "${endpoints%,}" --pool-name demo-pool --secure-serving=false --shutdown-grace-period 2s \
+    --endpoints "${endpoints%,}" --pool-name demo-pool --shutdown-grace-period 2s \
     --log-level "${EPP_LOG:-warn}" "$@" >"$WORK/epp-$name.log" 2>&1 &
   PIDS+=($!)
   local epp_pid=$!
@@ -113,7 +113,7 @@ live_run() { # name description epp-args...
   wait_for_port "$METRICS_PORT" epp "$WORK/epp-$name.log" "$epp_pid"
   sleep 0.5 # epp scrapes every replica (every 50 ms) before the first request
 
-  echo "== starting Envoy (full duplex ext_proc) on :$LISTEN_PORT"
+  echo "== starting Envoy (full duplex ext_proc, TLS to epp as epp serves by default) on :$LISTEN_PORT"
   LISTEN_PORT=$LISTEN_PORT ADMIN_PORT=$ADMIN_PORT EXTPROC_PORT=$EXTPROC_PORT HEALTH_PORT=$HEALTH_PORT \
     scripts/render-envoy-config.sh deploy/envoy/envoy-full-duplex.yaml >"$WORK/envoy.yaml"
   "$ENVOY" -c "$WORK/envoy.yaml" --base-id $((RANDOM % 60000 + 1)) -l warning >"$WORK/envoy-$name.log" 2>&1 &

@@ -197,7 +197,7 @@ run_live() { # round setup
     wait_for_port "$EPP_PORT" epp "$WORK/epp.log" "$LAST_PID"
     wait_for_port "$EPP_METRICS_PORT" epp "$WORK/epp.log" "$LAST_PID"
     sleep 0.5 # epp scrapes every replica (every SCRAPE_MS) before the first request
-    LISTEN_PORT=$LISTEN_PORT ADMIN_PORT=$ADMIN_PORT EXTPROC_PORT=$EPP_PORT \
+    LISTEN_PORT=$LISTEN_PORT ADMIN_PORT=$ADMIN_PORT EXTPROC_PORT=$EPP_PORT EXTPROC_TRANSPORT=raw_buffer.v3.RawBuffer \
       scripts/render-envoy-config.sh deploy/envoy/envoy-full-duplex.yaml >"$WORK/envoy.yaml"
   fi
   start "$WORK/envoy.log" "$ENVOY" -c "$WORK/envoy.yaml" --base-id $((RANDOM % 60000 + 1)) -l warning \

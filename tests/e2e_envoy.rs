@@ -7,6 +7,9 @@
 use epp_testkit::*;
 use serde_json::json;
 
+#[path = "e2e_envoy/readme_tour.rs"]
+mod readme_tour;
+
 const TEMPLATES: [&str; 3] = ["envoy-full-duplex.yaml", "envoy-buffered.yaml", "envoy-direct.yaml"];
 
 // ---------------------------------------------------------------------------------------------------
@@ -29,10 +32,14 @@ fn envoy_templates_render_and_validate() {
         .into_iter()
         .map(|name| (name, free_port().to_string()))
         .collect();
+    let plaintext: Vec<(&str, String)> =
+        vars.iter().cloned().chain([(PLAINTEXT_EXTPROC.0, PLAINTEXT_EXTPROC.1.to_string())]).collect();
     let dir = tempfile::tempdir().unwrap();
-    for template in TEMPLATES {
-        let path = dir.path().join(template);
-        std::fs::write(&path, render_envoy_template(template, &vars)).unwrap();
+    // Each template as shipped (TLS to epp) and in its plaintext variant.
+    let renderings = TEMPLATES.iter().flat_map(|t| [(*t, "tls", &vars), (*t, "plaintext", &plaintext)]);
+    for (template, variant, vars) in renderings {
+        let path = dir.path().join(format!("{variant}-{template}"));
+        std::fs::write(&path, render_envoy_template(template, vars)).unwrap();
         let output = std::process::Command::new(&envoy)
             .args(["--mode", "validate", "-l", "error", "-c"])
             .arg(&path)
@@ -40,7 +47,7 @@ fn envoy_templates_render_and_validate() {
             .unwrap();
         assert!(
             output.status.success(),
-            "{template} does not validate:\n{}{}",
+            "{template} ({variant}) does not validate:\n{}{}",
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );

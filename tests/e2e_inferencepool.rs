@@ -248,6 +248,7 @@ async fn scaling_the_pool_moves_traffic_and_fails_no_request_off_a_removed_pod()
     let vars = [
         ("EXTPROC_PORT", epp.grpc_addr.port().to_string()),
         ("HEALTH_PORT", epp.health_addr.port().to_string()),
+        (epp_testkit::PLAINTEXT_EXTPROC.0, epp_testkit::PLAINTEXT_EXTPROC.1.to_string()),
     ];
     let envoy = start_envoy_on_free_ports("envoy-full-duplex.yaml", &vars);
     let url = envoy.url("/v1/completions");

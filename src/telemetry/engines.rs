@@ -1,4 +1,5 @@
-//! Engine mappings: which metrics of a vLLM, SGLang or TensorRT-LLM page feed which telemetry field.
+//! Engine mappings: which metrics of a vLLM, SGLang, TensorRT-LLM or llama.cpp page feed which telemetry
+//! field.
 //!
 //! The built-ins and the `core-metrics-extractor` parameters follow the Go EPP
 //! (kubernetes-sigs/gateway-api-inference-extension:pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go):
@@ -203,6 +204,10 @@ impl EngineConfigParams {
                     "trtllm_kv_cache_utilization",
                 )
             },
+            // epp's own: llama.cpp's server (`llama-server --metrics`), which the Go EPP has no entry for.
+            // A request waiting for a free slot is "deferred", one in a slot "processing"; the page has
+            // no KV-cache usage gauge (ggml-org/llama.cpp:tools/server/README.md, "GET /metrics").
+            entry("llamacpp", "llamacpp:requests_deferred", "llamacpp:requests_processing", ""),
             EngineConfigParams {
                 cache_block_size_spec: format!("{triton}{{kv_cache_block_type=tokens_per}}"),
                 cache_num_blocks_spec: format!("{triton}{{kv_cache_block_type=max}}"),

@@ -14,7 +14,7 @@ fn builtins_match_the_reference_table() {
     assert_eq!(set.engine_label_key(), DEFAULT_ENGINE_LABEL_KEY);
     assert_eq!(
         set.engine_names().collect::<Vec<_>>(),
-        vec!["sglang", "triton-tensorrt-llm", "trtllm-serve", "vllm"]
+        vec!["llamacpp", "sglang", "triton-tensorrt-llm", "trtllm-serve", "vllm"]
     );
     let vllm = set.get("vllm").unwrap();
     assert_eq!(spec_text(&vllm.queued).as_deref(), Some("vllm:num_requests_waiting"));

@@ -249,6 +249,7 @@ async fn through_envoy_the_request_lands_where_the_probe_said() {
     let vars = [
         ("EXTPROC_PORT", epp.grpc_addr.port().to_string()),
         ("HEALTH_PORT", epp.health_addr.port().to_string()),
+        (epp_testkit::PLAINTEXT_EXTPROC.0, epp_testkit::PLAINTEXT_EXTPROC.1.to_string()),
     ];
     let envoy = tokio::task::spawn_blocking(move || {
         epp_testkit::envoy::start_envoy_on_free_ports("envoy-full-duplex.yaml", &vars)

@@ -52,6 +52,10 @@ pub fn manifest_dir() -> PathBuf {
     testkit.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or(testkit)
 }
 
+/// The Envoy template variable that makes the shipped bootstraps speak plaintext to epp's ext_proc port, for
+/// an epp started with `--secure-serving=false` (deploy/envoy/envoy-full-duplex.yaml, `EXTPROC_TRANSPORT`).
+pub const PLAINTEXT_EXTPROC: (&str, &str) = ("EXTPROC_TRANSPORT", "raw_buffer.v3.RawBuffer");
+
 /// The flags an in-process epp (`epp::app::Server`) starts with in a test: loopback only, every port the
 /// kernel's choice, plaintext. A test appends what it is about.
 pub fn loopback_epp_args() -> Vec<String> {
@@ -341,8 +345,10 @@ pub fn start_epp_with_env(args: &[String], env: &[(&str, &str)]) -> ChildGuard {
     child
 }
 
-/// Starts epp on fresh ports, plaintext, scraping every 50ms, with `endpoints` (`ip:port,…`) and
-/// `extra_args` appended (e.g. `["--config-file", path]`).
+/// Starts epp on fresh ports, scraping every 50ms, with `endpoints` (`ip:port,…`) and `extra_args` appended
+/// (e.g. `["--config-file", path]`). Its ext_proc port serves TLS, as epp does by default, which the shipped
+/// Envoy bootstraps speak; an in-process epp ([`loopback_epp_args`]) is plaintext instead, and its Envoy
+/// takes [`PLAINTEXT_EXTPROC`].
 pub fn start_epp_for(endpoints: &str, extra_args: &[&str]) -> Epp {
     start_epp_for_with_env(endpoints, extra_args, &[])
 }
@@ -361,7 +367,6 @@ pub fn start_epp_for_with_env(endpoints: &str, extra_args: &[&str], env: &[(&str
         endpoints,
         "--refresh-metrics-interval",
         "50ms",
-        "--secure-serving=false",
     ]
     .iter()
     .map(std::string::ToString::to_string)
