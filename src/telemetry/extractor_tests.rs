@@ -176,6 +176,17 @@ fn trtllm_serve_page() {
     assert_eq!((m.cache_block_size, m.cache_num_blocks), (64, 12000));
 }
 
+/// A real llama.cpp server's page (xllamacpp 2026.10.11549, one slot, one request decoding and one
+/// waiting for the slot), captured for tests/fixtures/llamacpp-metrics.txt.
+#[test]
+fn llamacpp_page() {
+    let page = String::from_utf8(sample_page("llamacpp-metrics.txt")).unwrap();
+    let out = run(&page, "llamacpp");
+    assert_eq!(out.error, None, "no KV gauge on the page is not an error: the mapping has none");
+    let m = out.metrics;
+    assert_eq!((m.waiting_queue_size, m.running_requests, m.kv_cache_usage), (1, 1, 0.0));
+}
+
 #[test]
 fn triton_page() {
     let page = concat!(

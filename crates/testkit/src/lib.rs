@@ -21,6 +21,7 @@ pub mod epp_metrics;
 pub mod held_backend;
 pub mod http;
 pub mod kube_api;
+pub mod llamacpp;
 pub mod prometheus;
 pub mod stack;
 
