@@ -1,12 +1,13 @@
-# syntax=docker/dockerfile:1
-# The epp image: the release binary on a distroless base, non-root (UID/GID 65532, as the Helm chart's
-# securityContext expects), no shell, no package manager. epp writes no files (even its self-signed
-# certificate lives in memory), so the chart's read-only root filesystem suits it.
+# The epp image where Docker Hub and gcr.io are reachable: a Rust build stage, then the release binary on a
+# distroless base, non-root (UID/GID 65532, as the Helm chart's securityContext expects), no shell, no
+# package manager. epp writes no files (even its self-signed certificate lives in memory), so the chart's
+# read-only root filesystem suits it.
 #
 #   docker build -t registry.example/epp:0.1.0 .
 #
-# Not built in this repository's CI: the development machines reach no image registry for the base
-# images (deploy/helm/README.md, "The image").
+# No `# syntax=` line: BuildKit would fetch that frontend from Docker Hub; its built-in one reads this file.
+# Where no registry is reachable (this repository's CI), `make image` builds the same image from Debian's
+# packages and the release binary instead (deploy/image/Containerfile, scripts/build-image.sh).
 
 # Build stage: the workspace's pinned Cargo.lock, only the epp binary. The Rust version is at least the
 # workspace's rust-version (1.88).

