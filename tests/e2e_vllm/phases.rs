@@ -1,0 +1,195 @@
+//! The phases of the real-vLLM run, in order; each leaves the fleet idle for the next.
+
+use super::*;
+
+/// A completion of 2,025 characters: 4 blocks (the last one partial) of 128 tokens at epp's 4 characters
+/// per token, where epp's default block of 16 tokens would make 32.
+fn long_probe_body() -> Value {
+    json!({"model": MODEL, "prompt": "The quick brown fox jumps over the lazy dog. ".repeat(45), "max_tokens": 1})
+}
+const PROBE_BLOCKS: u64 = 2_025_u64.div_ceil(4 * VLLM_CPU_BLOCK_SIZE);
+
+/// Waits until neither replica runs or queues a request (by vLLM's own gauges).
+async fn wait_idle(fleet: &VllmFleet) {
+    let idle = wait_until_async(PROPAGATION_DEADLINE, || {
+        let busy =
+            fleet.replicas_sum("vllm:num_requests_running") + fleet.replicas_sum("vllm:num_requests_waiting");
+        async move { busy == 0.0 }
+    })
+    .await;
+    assert!(idle, "vLLM never went idle");
+}
+
+/// epp scrapes both replicas' real pages: healthy (no LoRA families, and no error for their absence),
+/// queue and running read, and the prefix producer's block size taken from `cache_config_info` (128 on
+/// CPU).
+pub(crate) async fn reads_the_real_metrics(fleet: &VllmFleet, client: &reqwest::Client) {
+    let probe = fleet
+        .wait_for_probe(client, &long_probe_body(), |p| {
+            fleet
+                .replicas
+                .iter()
+                .all(|r| candidate(p, &r.address()).is_some_and(|c| c["prefix_total_blocks"] == PROBE_BLOCKS))
+        })
+        .await;
+    for replica in &fleet.replicas {
+        let seen = candidate(&probe, &replica.address());
+        let seen = seen.unwrap_or_else(|| panic!("{} is no candidate: {probe:#}", replica.address()));
+        assert_eq!(
+            seen["prefix_total_blocks"], PROBE_BLOCKS,
+            "block size 128 from cache_config_info: {seen:#}"
+        );
+        assert_eq!(
+            (seen["waiting_queue_size"].as_u64(), seen["running_requests"].as_u64()),
+            (Some(0), Some(0))
+        );
+        assert!(seen["kv_cache_usage"].is_number(), "KV usage read: {seen:#}");
+        let labels = [("model_server_endpoint", replica.address()), ("state", "healthy".to_string())];
+        let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(metric_sample(&fleet.epp_metrics(), "epp_endpoint_health_state", &labels), Some(1.0));
+    }
+}
+
+/// Six long requests straight to replica 0 (`--max-num-seqs 4`: four run, two wait): epp reads them from
+/// vLLM's page alone (it did not route them) and the next request goes to replica 1.
+pub(crate) async fn routes_around_a_loaded_replica(fleet: &VllmFleet, client: &reqwest::Client) {
+    let (loaded, idle) = (fleet.replicas[0].address(), fleet.replicas[1].address());
+    let url = format!("http://{loaded}/v1/completions");
+    let body = json!({"model": MODEL, "prompt": "Count slowly:", "max_tokens": 400, "ignore_eos": true,
+                      "stream": true});
+    let load: Vec<_> = (0..6)
+        .map(|_| {
+            let (client, url, body) = (client.clone(), url.clone(), body.clone());
+            tokio::spawn(async move { read_text(post_json(&client, &url, &body).await).await })
+        })
+        .collect();
+    let probe = fleet
+        .wait_for_probe(client, &long_probe_body(), |p| {
+            candidate(p, &loaded).is_some_and(|c| c["running_requests"] == 4 && c["waiting_queue_size"] == 2)
+        })
+        .await;
+    let seen = candidate(&probe, &loaded).expect("the loaded replica is a candidate");
+    assert_eq!((seen["running_requests"].as_u64(), seen["waiting_queue_size"].as_u64()), (Some(4), Some(2)));
+    assert!(seen["kv_cache_usage"].as_f64().is_some_and(|kv| kv > 0.0), "KV in use: {seen:#}");
+    assert_eq!(probe["pick"]["address"], idle.as_str(), "the probe picks the idle replica: {probe:#}");
+    let served = post_json(
+        client,
+        &fleet.url("/v1/completions"),
+        &json!({"model": MODEL, "prompt": "Hi",
+                                                                          "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(served.status(), 200);
+    // Dropping the streams' connections makes vLLM abort them.
+    load.iter().for_each(tokio::task::JoinHandle::abort);
+    wait_idle(fleet).await;
+}
+
+/// The response's object with `usage`: the body, or the stream's chunk before `[DONE]`, which vLLM sends
+/// with no choices.
+fn usage_object(body: &str, streamed: bool) -> Value {
+    if !streamed {
+        return serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
+    }
+    let events = sse_data(body);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{body}");
+    let chunk: Value = serde_json::from_str(&events[events.len().saturating_sub(2)]).expect("usage chunk");
+    assert_eq!(chunk["choices"], json!([]), "vLLM's usage chunk has no choices: {body}");
+    chunk
+}
+
+/// Completions and chat, streamed and not, through the gateway: epp counts the tokens vLLM reports, and
+/// vLLM's own generation counter moves by the same amount.
+pub(crate) async fn both_apis_with_usage_as_vllm_counts_it(fleet: &VllmFleet, client: &reqwest::Client) {
+    let generated_before = fleet.replicas_sum("vllm:generation_tokens_total");
+    let before = fleet.epp_metrics();
+    let epp_sum = |text: &str, name: &str| metric_sum(text, name, &[("model_name", MODEL)]).unwrap_or(0.0);
+    let (mut prompt, mut completion) = (0.0, 0.0);
+    for (path, streamed) in [
+        ("/v1/completions", false),
+        ("/v1/completions", true),
+        ("/v1/chat/completions", false),
+        ("/v1/chat/completions", true),
+    ] {
+        let mut body = if path.contains("chat") {
+            json!({"model": MODEL, "messages": [{"role": "user", "content": "Name a colour."}]})
+        } else {
+            json!({"model": MODEL, "prompt": "The capital of France is"})
+        };
+        body["max_tokens"] = json!(8);
+        body["temperature"] = json!(0);
+        if streamed {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        let response = post_json(client, &fleet.url(path), &body).await;
+        assert_eq!(response.status(), 200, "{path} streamed={streamed}");
+        let text = read_text(response).await;
+        let usage = usage_object(&text, streamed);
+        assert_eq!(usage["model"], MODEL, "{text}");
+        prompt += usage["usage"]["prompt_tokens"].as_f64().expect("prompt_tokens");
+        completion += usage["usage"]["completion_tokens"].as_f64().expect("completion_tokens");
+    }
+    let counted = wait_until_async(PROPAGATION_DEADLINE, || {
+        let after = fleet.epp_metrics();
+        let delta = |name: &str| epp_sum(&after, name) - epp_sum(&before, name);
+        let ok = delta("inference_objective_request_total") == 4.0
+            && delta("inference_objective_input_tokens_sum") == prompt
+            && delta("inference_objective_output_tokens_sum") == completion;
+        async move { ok }
+    })
+    .await;
+    assert!(
+        counted,
+        "epp's token counts differ from vLLM's usage ({prompt} prompt, {completion} completion)"
+    );
+    let generated = fleet.replicas_sum("vllm:generation_tokens_total") - generated_before;
+    assert_eq!(generated, completion, "vllm:generation_tokens_total moved by the usage's completion tokens");
+}
+
+/// Eight requests sharing a ~700-token prefix, one after another through the gateway: epp sends each
+/// repeat where the prefix is cached, so vLLM's `prefix_cache_hits_total` rises by every whole block of
+/// the prefix on each of the seven repeats (one repeat sent elsewhere would miss them all).
+pub(crate) async fn a_shared_prefix_hits_vllms_prefix_cache(fleet: &VllmFleet, client: &reqwest::Client) {
+    let shared =
+        format!("{}\n\n", "You are a careful assistant who answers questions about arithmetic. ".repeat(48));
+    let tokenize = format!("http://{}/tokenize", fleet.replicas[0].address());
+    let counted =
+        read_json(post_json(client, &tokenize, &json!({"model": MODEL, "prompt": shared})).await).await;
+    let shared_tokens = counted["count"].as_u64().unwrap_or_else(|| panic!("/tokenize: {counted}"));
+    let cacheable = shared_tokens / VLLM_CPU_BLOCK_SIZE * VLLM_CPU_BLOCK_SIZE;
+    assert!(cacheable >= 4 * VLLM_CPU_BLOCK_SIZE, "the shared prefix spans several blocks: {shared_tokens}");
+    let hits_before = fleet.replicas_sum("vllm:prefix_cache_hits_total");
+    for n in 0..8 {
+        let body = json!({"model": MODEL, "prompt": format!("{shared}Question {n}: what is {n} plus {n}?"),
+                          "max_tokens": 2, "temperature": 0});
+        let response = post_json(client, &fleet.url("/v1/completions"), &body).await;
+        assert_eq!(response.status(), 200, "request {n}");
+        read_text(response).await;
+    }
+    let hits = fleet.replicas_sum("vllm:prefix_cache_hits_total") - hits_before;
+    eprintln!("FIGURE shared prefix: {hits} of {} cacheable prompt tokens hit vLLM's cache", 7 * cacheable);
+    assert_eq!(hits, (7 * cacheable) as f64, "every repeat hit the cache ({shared_tokens}-token prefix)");
+}
+
+/// vLLM's own answers to bad requests reach the client unchanged, and nothing stays in flight.
+pub(crate) async fn vllms_errors_pass_through(fleet: &VllmFleet, client: &reqwest::Client) {
+    let unknown = json!({"model": "nope", "prompt": "hi", "max_tokens": 4});
+    let response = post_json(client, &fleet.url("/v1/completions"), &unknown).await;
+    assert_eq!(response.status(), 404);
+    let body = read_json(response).await;
+    assert_eq!(body["error"]["param"], "model", "vLLM's error body: {body}");
+    let too_long = json!({"model": MODEL, "prompt": "hi", "max_tokens": 4000});
+    let response = post_json(client, &fleet.url("/v1/completions"), &too_long).await;
+    assert_eq!(response.status(), 400);
+    let body = read_json(response).await;
+    assert_eq!(body["error"]["param"], "max_tokens", "vLLM's error body: {body}");
+    let gauges = ["inference_objective_running_requests", "llm_d_epp_inflight_requests"];
+    let settled = wait_until_async(PROPAGATION_DEADLINE, || {
+        let text = fleet.epp_metrics();
+        let ok = gauges.iter().all(|g| metric_sum(&text, g, &[]).unwrap_or(0.0) == 0.0);
+        async move { ok }
+    })
+    .await;
+    assert!(settled, "in-flight gauges never returned to 0:\n{}", fleet.epp_metrics());
+}
