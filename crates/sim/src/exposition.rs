@@ -309,11 +309,15 @@ fn write_history(p: &mut Page<'_>, history: &History<'_>, legacy_names: bool) {
 
     let r = history.requests;
     p.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", &r.ttft);
-    p.histogram(
-        "vllm:time_per_output_token_seconds",
-        "Histogram of time per output token in seconds.",
-        &r.inter_token,
-    );
+    if legacy_names {
+        // Gone from vLLM's page by 0.32 (tests/fixtures/vllm-real-metrics-idle.txt): inter_token_latency
+        // replaced it.
+        p.histogram(
+            "vllm:time_per_output_token_seconds",
+            "Histogram of time per output token in seconds.",
+            &r.inter_token,
+        );
+    }
     p.histogram(
         "vllm:inter_token_latency_seconds",
         "Histogram of inter-token latency in seconds.",

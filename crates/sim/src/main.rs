@@ -79,6 +79,10 @@ struct Args {
     /// Replica names (x-sim-replica) are <prefix>-<port>.
     #[arg(long, default_value = "sim")]
     name_prefix: String,
+    /// Report `usage.prompt_tokens_details.cached_tokens`, as vLLM does only with this flag (otherwise
+    /// `prompt_tokens_details` is null).
+    #[arg(long)]
+    enable_prompt_tokens_details: bool,
 }
 
 fn profile(name: &str) -> Result<AcceleratorProfile, SimError> {
@@ -141,6 +145,7 @@ fn options(args: &Args) -> Result<ServeOptions, SimError> {
         },
         legacy_metric_names: args.legacy_metric_names,
         name_prefix: args.name_prefix.clone(),
+        prompt_tokens_details: args.enable_prompt_tokens_details,
     };
     options.validate()?;
     Ok(options)

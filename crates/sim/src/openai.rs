@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::engine::{tokenize, AddRequestError, FinishReason};
 use super::replica::{Delivery, RequestGuard};
-use super::server::{error_response, respond, unix_now, ServerState};
+use super::server::{error_response, param_error_response, respond, unix_now, ServerState};
 use epp::request::{parse_request, ApiKind, ParsedRequest};
 
 const FILLER: &[&str] = &[
@@ -49,12 +49,15 @@ struct Answer {
     created: u64,
     prompt_tokens: usize,
     request_id: u64,
+    /// Whether usage details the cached prompt tokens (vLLM's `--enable-prompt-tokens-details`).
+    prompt_tokens_details: bool,
 }
 
 impl Answer {
     fn usage(&self, completion_tokens: u32, cached_tokens: u32) -> serde_json::Value {
+        let details = self.prompt_tokens_details.then(|| json!({"cached_tokens": cached_tokens}));
         json!({"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + completion_tokens as usize,
-               "completion_tokens": completion_tokens, "prompt_tokens_details": {"cached_tokens": cached_tokens}})
+               "completion_tokens": completion_tokens, "prompt_tokens_details": details})
     }
 
     fn filler(&self, index: u32) -> &'static str {
@@ -147,6 +150,11 @@ pub(crate) async fn generate(state: &Arc<ServerState>, path: &str, body: Bytes) 
         .unwrap_or(false);
     let prompt = prompt_tokens(&parsed, &body);
     let prompt_tokens = prompt.len().max(1);
+    let max_tokens =
+        match fit_context(prompt_tokens, max_tokens, parsed.max_tokens.is_some(), state.max_model_len) {
+            Ok(max_tokens) => max_tokens,
+            Err(refusal) => return *refusal,
+        };
 
     if state.chance(options.faults.latency_spike_rate) {
         let spike = options.faults.latency_spike_ms as f64 / 1000.0;
@@ -176,6 +184,7 @@ pub(crate) async fn generate(state: &Arc<ServerState>, path: &str, body: Bytes) 
         created: unix_now() as u64,
         prompt_tokens,
         request_id: guard.id(),
+        prompt_tokens_details: options.prompt_tokens_details,
     };
     if parsed.stream {
         let die_after = state.chance(options.faults.die_mid_stream_rate).then(|| state.random_in(1, 4));
@@ -183,6 +192,45 @@ pub(crate) async fn generate(state: &Arc<ServerState>, path: &str, body: Bytes) 
     } else {
         json_response(answer, guard, events).await
     }
+}
+
+/// vLLM's context-length rules (as vLLM 0.32 answers: tests/fixtures/vllm-real-errors.txt): a prompt
+/// that leaves no room for output, or an explicit `max_tokens` above `max_model_len`, is a 400 naming the
+/// parameter; otherwise the output is cut to what fits (the request succeeds, finishing on "length").
+fn fit_context(
+    prompt_tokens: usize,
+    max_tokens: u32,
+    explicit: bool,
+    max_model_len: usize,
+) -> Result<u32, Box<Response>> {
+    let bad_request = |param: &str, value: usize, message: String| {
+        let message = format!("{message} (parameter={param}, value={value})");
+        Box::new(param_error_response(StatusCode::BAD_REQUEST, "BadRequestError", param, message))
+    };
+    if prompt_tokens >= max_model_len {
+        let seen = prompt_tokens.min(max_model_len + 1);
+        return Err(bad_request(
+            "input_tokens",
+            seen,
+            format!(
+                "This model's maximum context length is {max_model_len} tokens. However, your prompt contains at \
+                 least {seen} input tokens, which exceeds this limit even without any output tokens. Please \
+                 reduce the length of the input prompt."
+            ),
+        ));
+    }
+    if explicit && max_tokens as usize > max_model_len {
+        return Err(bad_request(
+            "max_tokens",
+            max_tokens as usize,
+            format!(
+                "max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}. Please request \
+                 fewer output tokens."
+            ),
+        ));
+    }
+    let room = u32::try_from(max_model_len - prompt_tokens).unwrap_or(u32::MAX);
+    Ok(max_tokens.min(room))
 }
 
 /// The prompt's tokens: the token ids themselves when given as a flat array, else the JSON text.

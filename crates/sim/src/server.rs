@@ -24,7 +24,8 @@ use super::replica::Replica;
 
 /// Request bodies above this are refused.
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
-const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// What vLLM 0.32's `/metrics` answers with (its prometheus_client), whatever the Accept header asks.
+const PROMETHEUS_TEXT: &str = "text/plain; version=1.0.0; charset=utf-8";
 
 /// How `/metrics` misbehaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -80,6 +81,9 @@ pub struct ServeOptions {
     pub legacy_metric_names: bool,
     /// Replica names are `<name_prefix>-<port>` (the `x-sim-replica` header).
     pub name_prefix: String,
+    /// `usage.prompt_tokens_details` carries `cached_tokens` (vLLM's `--enable-prompt-tokens-details`);
+    /// off, it is null, as vLLM answers by default.
+    pub prompt_tokens_details: bool,
 }
 
 impl ServeOptions {
@@ -102,6 +106,7 @@ impl ServeOptions {
             faults: FaultOptions::default(),
             legacy_metric_names: false,
             name_prefix: "sim".into(),
+            prompt_tokens_details: false,
         }
     }
 
@@ -248,6 +253,12 @@ pub(crate) fn respond(status: StatusCode, content_type: &'static str, body: impl
 pub(crate) fn error_response(status: StatusCode, kind: &str, message: impl Into<String>) -> Response {
     let body =
         json!({"error": {"message": message.into(), "type": kind, "param": null, "code": status.as_u16()}});
+    respond(status, "application/json", body.to_string())
+}
+
+/// An error naming the request parameter at fault in `param`, as vLLM's validation errors do.
+pub(crate) fn param_error_response(status: StatusCode, kind: &str, param: &str, message: String) -> Response {
+    let body = json!({"error": {"message": message, "type": kind, "param": param, "code": status.as_u16()}});
     respond(status, "application/json", body.to_string())
 }
 

@@ -75,7 +75,10 @@ fn completion(prompt: &str, max_tokens: Option<u32>) -> String {
 
 #[tokio::test]
 async fn completions_report_usage_and_prefix_cache_hits() {
-    let addr = start(options()).await;
+    // vLLM details cached prompt tokens only with --enable-prompt-tokens-details; without, the field is
+    // null (the last request below).
+    let addr = start(ServeOptions { prompt_tokens_details: true, ..options() }).await;
+    let plain = start(options()).await;
     let prompt = "abcd".repeat(1000); // 1000 tokens + the quotes
     let (status, headers, body) = post(addr, "/v1/completions", &completion(&prompt, Some(5))).await;
     assert_eq!(status, 200, "{body}");
@@ -95,6 +98,9 @@ async fn completions_report_usage_and_prefix_cache_hits() {
     let (_, _, body) = post(addr, "/v1/completions", &completion(&prompt, Some(5))).await;
     let warm: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(warm["usage"]["prompt_tokens_details"]["cached_tokens"], 992);
+    let (_, _, body) = post(plain, "/v1/completions", &completion(&prompt, Some(5))).await;
+    let undetailed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(undetailed["usage"]["prompt_tokens_details"], Value::Null, "vLLM's default");
 
     let (_, page) = get(addr, "/metrics").await;
     assert_eq!(sample(&page, "vllm:prefix_cache_hits_total{"), 992.0);
@@ -228,6 +234,16 @@ async fn bad_inputs_get_vllm_style_errors() {
     let (status, _, body) = post(addr, "/v1/completions", &completion(&"z".repeat(800), Some(10))).await;
     assert_eq!(status, 400);
     assert!(body.contains("maximum context length is 160 tokens"), "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["param"], "input_tokens");
+    let (status, _, body) = post(addr, "/v1/completions", &completion("x", Some(161))).await;
+    assert_eq!(status, 400, "max_tokens above max_model_len: {body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["param"], "max_tokens");
+    // A prompt that fits with a max_tokens that does not: vLLM cuts the output to what fits.
+    let (status, _, body) = post(addr, "/v1/completions", &completion("x", Some(160))).await;
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+    assert_eq!(answer["usage"]["total_tokens"], 160, "{body}");
     assert_eq!(get(addr, "/v1/completions").await.0, 405);
     assert_eq!(get(addr, "/nowhere").await.0, 404);
     assert_eq!(get(addr, "/health").await.0, 200);
