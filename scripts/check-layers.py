@@ -25,7 +25,7 @@ LAYERS = [
     ["error", "wire"],
     ["request", "datastore"],
     ["metrics"],
-    ["predictor"],
+    ["predictor", "kvcache"],
     ["telemetry", "scheduling", "health", "discovery"],
     ["flowcontrol"],
     ["director"],

@@ -21,6 +21,7 @@ pub mod error;
 pub mod extproc;
 pub mod flowcontrol;
 pub mod health;
+pub mod kvcache;
 pub mod metrics;
 pub mod predictor;
 pub mod request;

@@ -1,6 +1,6 @@
 //! Fuzz targets for every surface of epp that reads bytes it does not control: the `/metrics` pages of
-//! model servers, OpenAI request bodies, response bodies (SSE and JSON `usage`), configuration files, and
-//! Envoy's ext_proc message sequences.
+//! model servers, OpenAI request bodies, response bodies (SSE and JSON `usage`), configuration files,
+//! Envoy's ext_proc message sequences, and the engines' KV-cache events.
 //!
 //! Each target is one function over `&[u8]` that must never panic and checks the invariants its surface
 //! promises (an `assert!` that fails is a finding, like a crash). The same functions run in two places:
@@ -11,6 +11,7 @@
 pub mod config_loader;
 pub mod extproc_stream;
 pub mod frames;
+pub mod kv_events;
 pub mod metrics_text;
 pub mod openai_request;
 pub mod seeds;
@@ -26,4 +27,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("sse_usage", sse_usage::run),
     ("config_loader", config_loader::run),
     ("extproc_stream", extproc_stream::run),
+    ("kv_events", kv_events::run),
 ];

@@ -33,8 +33,39 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "sse_usage" => sse_usage(),
         "config_loader" => CONFIGS.iter().map(|c| c.as_bytes().to_vec()).collect(),
         "extproc_stream" => extproc_stream(),
+        "kv_events" => kv_events(),
         _ => Vec::new(),
     }
+}
+
+/// Real vLLM 0.32 batches (tests/fixtures/vllm-real-kv-events.txt), as payloads and as live and replayed
+/// messages.
+fn kv_events() -> Vec<Vec<u8>> {
+    let text = include_str!("../../../tests/fixtures/vllm-real-kv-events.txt");
+    let payloads = text.lines().filter_map(|line| line.strip_prefix("# payload hex: ")).map(|hex| {
+        (0..hex.len())
+            .step_by(2)
+            .filter_map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+            .collect::<Vec<u8>>()
+    });
+    let mut seeds = Vec::new();
+    for (seq, payload) in payloads.enumerate() {
+        let frame = |parts: &[&[u8]]| {
+            let mut out = vec![1];
+            for (i, part) in parts.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(&[0xff, 0x00]);
+                }
+                out.extend_from_slice(part);
+            }
+            out
+        };
+        let seq = (seq as u64).to_be_bytes();
+        seeds.push(frame(&[b"kv@127.0.0.1:8000@smol", &seq, &payload]));
+        seeds.push(frame(&[b"", &seq, &payload]));
+        seeds.push([&[0u8][..], &payload].concat());
+    }
+    seeds
 }
 
 fn metrics_text() -> Vec<Vec<u8>> {

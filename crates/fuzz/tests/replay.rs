@@ -58,6 +58,11 @@ fn extproc_stream_corpus() {
 }
 
 #[test]
+fn kv_events_corpus() {
+    replay("kv_events");
+}
+
+#[test]
 fn every_target_has_a_corpus_and_a_replay_test() {
     let this = include_str!("replay.rs");
     for (target, _) in epp_fuzz::TARGETS {

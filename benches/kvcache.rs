@@ -1,0 +1,122 @@
+//! The precise prefix index's two hot paths (issue 20's speed targets): ingesting the engines' events
+//! (decode a msgpack batch, recompute epp's block keys, index them) and scoring a request (its block keys,
+//! then every endpoint's contiguous run).
+//!
+//! Events are vLLM-shaped (map-encoded `BlockStored`, u64 hashes, 16-token blocks, 32 blocks a batch) and
+//! built here with rmp, so the bench needs no data files.
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use epp::kvcache::{decode_batch, BlockKeyHasher, HashAlgorithm, KvEvent, KvIndex, PrefixMatch, TierWeights};
+
+const BLOCK: usize = 16;
+const BLOCKS_PER_BATCH: usize = 32;
+
+/// A map-encoded batch with one `BlockStored` of `BLOCKS_PER_BATCH` blocks continuing `parent`.
+fn batch(first_hash: u64, parent: Option<u64>, tokens: &[u32]) -> Vec<u8> {
+    let mut p = Vec::new();
+    let w = &mut p;
+    rmp::encode::write_array_len(w, 3).unwrap();
+    rmp::encode::write_f64(w, 1.0).unwrap();
+    rmp::encode::write_array_len(w, 1).unwrap();
+    rmp::encode::write_map_len(w, 6).unwrap();
+    rmp::encode::write_str(w, "type").unwrap();
+    rmp::encode::write_str(w, "BlockStored").unwrap();
+    rmp::encode::write_str(w, "block_hashes").unwrap();
+    rmp::encode::write_array_len(w, BLOCKS_PER_BATCH as u32).unwrap();
+    for i in 0..BLOCKS_PER_BATCH as u64 {
+        rmp::encode::write_u64(w, first_hash + i).unwrap();
+    }
+    rmp::encode::write_str(w, "parent_block_hash").unwrap();
+    match parent {
+        Some(hash) => rmp::encode::write_u64(w, hash).unwrap(),
+        None => rmp::encode::write_nil(w).unwrap(),
+    }
+    rmp::encode::write_str(w, "token_ids").unwrap();
+    rmp::encode::write_array_len(w, tokens.len() as u32).unwrap();
+    for &token in tokens {
+        rmp::encode::write_uint(w, u64::from(token)).unwrap();
+    }
+    rmp::encode::write_str(w, "block_size").unwrap();
+    rmp::encode::write_uint(w, BLOCK as u64).unwrap();
+    rmp::encode::write_str(w, "medium").unwrap();
+    rmp::encode::write_str(w, "GPU").unwrap();
+    rmp::encode::write_nil(w).unwrap();
+    p
+}
+
+fn tokens(seed: u32, len: usize) -> Vec<u32> {
+    (0..len as u32).map(|i| seed.wrapping_mul(2_654_435_761).wrapping_add(i * 7919) % 50_000).collect()
+}
+
+fn index() -> KvIndex {
+    KvIndex::new(BlockKeyHasher::new(HashAlgorithm::Xxh64, BLOCK, ""), TierWeights::default())
+}
+
+fn ingestion(c: &mut Criterion) {
+    let payloads: Vec<Vec<u8>> =
+        (0..64u32).map(|i| batch(u64::from(i) << 32, None, &tokens(i, BLOCK * BLOCKS_PER_BATCH))).collect();
+    let mut group = c.benchmark_group("kvcache_ingest");
+    group.throughput(Throughput::Elements((payloads.len() * BLOCKS_PER_BATCH) as u64));
+    group.bench_function("decode_and_index_2048_blocks", |b| {
+        b.iter_batched(
+            index,
+            |mut ix| {
+                for payload in &payloads {
+                    let batch = decode_batch(payload).unwrap();
+                    for event in &batch.events {
+                        black_box(ix.apply(1, "model", event));
+                    }
+                }
+                ix
+            },
+            criterion::BatchSize::LargeInput,
+        );
+    });
+    group.finish();
+}
+
+/// 100 endpoints; each holds a 2k-token shared system prompt and its own 6k tokens after it; the request
+/// is the shared prompt plus endpoint 42's continuation: 8,192 tokens, 512 blocks.
+fn lookup(c: &mut Criterion) {
+    let mut ix = index();
+    let shared = tokens(1, 2048);
+    let mut request = Vec::new();
+    for endpoint in 0..100u32 {
+        let mut all = shared.clone();
+        all.extend(tokens(1000 + endpoint, 6144));
+        let event = KvEvent::BlockStored(epp::kvcache::BlockStored {
+            block_hashes: (0..all.len() as u64 / BLOCK as u64)
+                .map(|h| (u64::from(endpoint) << 32) | h)
+                .collect(),
+            parent_block_hash: None,
+            token_ids: all.clone(),
+            block_size: BLOCK as u32,
+            ..Default::default()
+        });
+        ix.apply(endpoint, "model", &event);
+        if endpoint == 42 {
+            request = all;
+        }
+    }
+    let mut keys = Vec::with_capacity(512);
+    ix.hasher().extend_keys(ix.hasher().root("model"), &request, &mut keys);
+    let mut matches: Vec<PrefixMatch> = Vec::with_capacity(100);
+    let mut group = c.benchmark_group("kvcache_lookup");
+    let mut scratch = Vec::with_capacity(512);
+    group.bench_function("block_keys_8k_tokens", |b| {
+        b.iter(|| {
+            scratch.clear();
+            ix.hasher().extend_keys(ix.hasher().root("model"), black_box(&request), &mut scratch);
+        });
+    });
+    group.bench_function("longest_prefix_512_blocks_100_endpoints", |b| {
+        b.iter(|| ix.longest_prefix(black_box(&keys), &mut matches));
+    });
+    group.finish();
+    assert!(matches.iter().any(|m| m.endpoint == 42 && m.blocks == 512));
+}
+
+criterion_group!(benches, ingestion, lookup);
+criterion_main!(benches);

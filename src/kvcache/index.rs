@@ -1,0 +1,266 @@
+//! The precise prefix index: which endpoint holds which block, in which tier, built from the engines' own
+//! events, and each endpoint's longest cached run of a request's blocks.
+//!
+//! Keyed as llm-d keys it (llm-d/llm-d-router:pkg/kvcache): epp's [`block keys`](super::block_keys),
+//! recomputed from each event's token ids, map to the endpoints holding them; per endpoint, each engine
+//! block (its hash, its tier) maps to the epp keys it covers, so a `BlockRemoved` naming only engine hashes
+//! can be undone, and a `parent_block_hash` continues the chain of an earlier event. Announcements are
+//! reference-counted: a block stored twice (chunked offload, several KV groups) survives one removal.
+//! Scoring credits each endpoint for its contiguous run from block 0 only, each block at the best weight of
+//! the tiers it is held in.
+//!
+//! Pure and synchronous: the consumer task applies events, the scheduling plugin reads through a snapshot.
+
+use std::collections::HashMap;
+
+use super::block_keys::BlockKeyHasher;
+use super::events::{BlockStored, KvEvent};
+
+/// An endpoint, as the index numbers it (the consumer maps addresses to ids).
+pub type EndpointId = u32;
+
+/// `kvCacheBackendConfigs`: a weight per tier name (`gpu` 1.0 and `cpu` 0.8 by default, as llm-d).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierWeights(pub Vec<(String, f64)>);
+
+impl Default for TierWeights {
+    fn default() -> Self {
+        Self(vec![("gpu".into(), 1.0), ("cpu".into(), 0.8)])
+    }
+}
+
+impl TierWeights {
+    /// The tier of an event's `medium`: vLLM's `GPU`/`CPU`/`STORAGE`, SGLang's `CPU_PINNED`/`DISK`.
+    fn tier(&self, medium: Option<&str>) -> u8 {
+        let name = match medium.map(str::to_ascii_lowercase).as_deref() {
+            None | Some("gpu") => "gpu".to_string(),
+            Some("cpu" | "cpu_pinned") => "cpu".to_string(),
+            Some("disk") => "storage".to_string(),
+            Some(other) => other.to_string(),
+        };
+        self.0.iter().position(|(tier, _)| *tier == name).map_or(u8::MAX, |i| i as u8)
+    }
+
+    fn weight(&self, tier: u8) -> f64 {
+        self.0.get(usize::from(tier)).map_or(0.0, |(_, weight)| *weight)
+    }
+}
+
+/// What applying one event did, for the consumer's counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    pub blocks_stored: usize,
+    pub blocks_removed: usize,
+    /// A `BlockStored` whose parent the index never saw (its chain cannot be continued), or whose block
+    /// size is not a multiple of epp's.
+    pub stores_skipped: usize,
+    /// A removal of a block the index does not hold.
+    pub removals_skipped: usize,
+}
+
+/// One endpoint's longest cached run of a request's blocks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrefixMatch {
+    pub endpoint: EndpointId,
+    /// Contiguous blocks from block 0.
+    pub blocks: usize,
+    /// The same blocks, each at the best weight of the tiers it is held in.
+    pub weighted: f64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Holder {
+    endpoint: EndpointId,
+    tier: u8,
+    refs: u32,
+}
+
+#[derive(Debug)]
+struct EngineBlock {
+    keys: Vec<u64>,
+    refs: u32,
+}
+
+/// The index.
+#[derive(Debug)]
+pub struct KvIndex {
+    hasher: BlockKeyHasher,
+    tiers: TierWeights,
+    blocks: HashMap<u64, Vec<Holder>>,
+    endpoints: HashMap<EndpointId, HashMap<(u64, u8), EngineBlock>>,
+    scratch: Vec<u64>,
+}
+
+impl KvIndex {
+    pub fn new(hasher: BlockKeyHasher, tiers: TierWeights) -> Self {
+        Self { hasher, tiers, blocks: HashMap::new(), endpoints: HashMap::new(), scratch: Vec::new() }
+    }
+
+    pub fn hasher(&self) -> &BlockKeyHasher {
+        &self.hasher
+    }
+
+    /// Distinct epp blocks held by at least one endpoint.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// Applies one event from `endpoint`; `model` is the model its blocks belong to unless the event names
+    /// a LoRA adapter (the topic's model, or the endpoint's).
+    pub fn apply(&mut self, endpoint: EndpointId, model: &str, event: &KvEvent) -> Applied {
+        match event {
+            KvEvent::BlockStored(stored) => self.stored(endpoint, model, stored),
+            KvEvent::BlockRemoved { block_hashes, medium } => {
+                let tier = self.tiers.tier(medium.as_deref());
+                let mut applied = Applied::default();
+                for &hash in block_hashes {
+                    if self.release(endpoint, hash, tier) {
+                        applied.blocks_removed += 1;
+                    } else {
+                        applied.removals_skipped += 1;
+                    }
+                }
+                applied
+            }
+            KvEvent::AllBlocksCleared => {
+                Applied { blocks_removed: self.remove_endpoint(endpoint), ..Applied::default() }
+            }
+        }
+    }
+
+    fn stored(&mut self, endpoint: EndpointId, model: &str, stored: &BlockStored) -> Applied {
+        let skipped = Applied { stores_skipped: 1, ..Applied::default() };
+        let hashes = stored.block_hashes.len();
+        let engine_block = match stored.block_size as usize {
+            0 if hashes > 0 => stored.token_ids.len() / hashes,
+            size => size,
+        };
+        if engine_block == 0 || engine_block % self.hasher.block_size() != 0 {
+            return skipped;
+        }
+        let tier = self.tiers.tier(stored.medium.as_deref());
+        let mut parent = match stored.parent_block_hash {
+            None => self.hasher.root(stored.lora_name.as_deref().unwrap_or(model)),
+            Some(hash) => match self.parent_key(endpoint, hash) {
+                Some(key) => key,
+                None => return skipped,
+            },
+        };
+        let mut applied = Applied::default();
+        for (&hash, tokens) in stored.block_hashes.iter().zip(stored.token_ids.chunks_exact(engine_block)) {
+            self.scratch.clear();
+            self.hasher.extend_keys(parent, tokens, &mut self.scratch);
+            parent = self.scratch.last().copied().unwrap_or(parent);
+            let held = self.endpoints.entry(endpoint).or_default();
+            if let Some(block) = held.get_mut(&(hash, tier)) {
+                block.refs += 1;
+                continue;
+            }
+            held.insert((hash, tier), EngineBlock { keys: self.scratch.clone(), refs: 1 });
+            for &key in &self.scratch {
+                // Holders stay sorted by (endpoint, tier): lookups merge them with the sorted candidates.
+                let holders = self.blocks.entry(key).or_default();
+                match holders.binary_search_by_key(&(endpoint, tier), |h| (h.endpoint, h.tier)) {
+                    Ok(i) => holders[i].refs += 1,
+                    Err(i) => holders.insert(i, Holder { endpoint, tier, refs: 1 }),
+                }
+            }
+            applied.blocks_stored += 1;
+        }
+        applied
+    }
+
+    /// The last epp key of the engine block `hash` on `endpoint`, in whichever tier holds it.
+    fn parent_key(&self, endpoint: EndpointId, hash: u64) -> Option<u64> {
+        let held = self.endpoints.get(&endpoint)?;
+        (0..self.tiers.0.len() as u8)
+            .chain([u8::MAX])
+            .find_map(|tier| held.get(&(hash, tier))?.keys.last().copied())
+    }
+
+    /// Drops one announcement of an engine block; returns false if the endpoint does not hold it.
+    fn release(&mut self, endpoint: EndpointId, hash: u64, tier: u8) -> bool {
+        let Some(held) = self.endpoints.get_mut(&endpoint) else { return false };
+        let Some(block) = held.get_mut(&(hash, tier)) else { return false };
+        block.refs -= 1;
+        if block.refs == 0 {
+            if let Some(block) = held.remove(&(hash, tier)) {
+                self.unhold(endpoint, tier, &block.keys);
+            }
+        }
+        true
+    }
+
+    fn unhold(&mut self, endpoint: EndpointId, tier: u8, keys: &[u64]) {
+        for key in keys {
+            let Some(holders) = self.blocks.get_mut(key) else { continue };
+            if let Ok(i) = holders.binary_search_by_key(&(endpoint, tier), |h| (h.endpoint, h.tier)) {
+                holders[i].refs -= 1;
+                if holders[i].refs == 0 {
+                    holders.remove(i);
+                }
+            }
+            if holders.is_empty() {
+                self.blocks.remove(key);
+            }
+        }
+    }
+
+    /// Forgets everything `endpoint` holds (it left the pool, or cleared its cache); returns how many
+    /// engine blocks that was.
+    pub fn remove_endpoint(&mut self, endpoint: EndpointId) -> usize {
+        let Some(held) = self.endpoints.remove(&endpoint) else { return 0 };
+        let count = held.len();
+        for ((_, tier), block) in held {
+            self.unhold(endpoint, tier, &block.keys);
+        }
+        count
+    }
+
+    /// Each endpoint's contiguous run of `keys` from the first (the request's block keys, see
+    /// [`BlockKeyHasher::extend_keys`]), into `out` (cleared first, then sorted by endpoint); endpoints
+    /// holding none are absent. Each block merges the endpoints still matching with the block's holders,
+    /// both sorted by endpoint: O(endpoints + holders) a block.
+    pub fn longest_prefix(&self, keys: &[u64], out: &mut Vec<PrefixMatch>) {
+        out.clear();
+        let Some(first) = keys.first().and_then(|key| self.blocks.get(key)) else { return };
+        for holder in first {
+            let weight = self.tiers.weight(holder.tier);
+            match out.last_mut() {
+                Some(m) if m.endpoint == holder.endpoint => m.weighted = m.weighted.max(weight),
+                _ => out.push(PrefixMatch { endpoint: holder.endpoint, blocks: 1, weighted: weight }),
+            }
+        }
+        for (depth, key) in keys.iter().enumerate().skip(1) {
+            let Some(holders) = self.blocks.get(key) else { break };
+            let (mut any, mut j) = (false, 0);
+            for m in out.iter_mut().filter(|m| m.blocks == depth) {
+                while j < holders.len() && holders[j].endpoint < m.endpoint {
+                    j += 1;
+                }
+                let mut best: Option<f64> = None;
+                while j < holders.len() && holders[j].endpoint == m.endpoint {
+                    let weight = self.tiers.weight(holders[j].tier);
+                    best = Some(best.map_or(weight, |b| b.max(weight)));
+                    j += 1;
+                }
+                if let Some(weight) = best {
+                    m.blocks += 1;
+                    m.weighted += weight;
+                    any = true;
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "index_tests.rs"]
+mod tests;

@@ -1,0 +1,23 @@
+//! Precise prefix-cache state from the engines' own KV-cache events (issue 20, being built): what each
+//! model server says it holds, block by block, instead of epp's guess from what it sent where.
+//!
+//! - [`events`]: decoding the msgpack batches vLLM and SGLang publish over ZMQ, in every encoding in use.
+//! - [`frames`]: the ZMQ framing around them, live and replayed.
+//! - [`block_keys`]: epp's own chain of block keys over token ids, as llm-d computes its own.
+//! - [`index`]: which endpoint holds which block in which tier, and each endpoint's longest cached prefix.
+//!
+//! Not built yet: the ZMQ consumer that follows discovery, the `precise-prefix-cache-producer` plugin and
+//! the token producer that feed the index and read it.
+
+mod block_keys;
+mod events;
+mod frames;
+mod index;
+
+pub use block_keys::{BlockKeyHasher, HashAlgorithm};
+pub use events::{decode_batch, BlockStored, DecodeError, EventBatch, KvEvent};
+pub use frames::{
+    parse_live, parse_replay, replay_request, topic_model, FrameError, LiveMessage, ReplayMessage,
+    REPLAY_END_SEQ,
+};
+pub use index::{Applied, EndpointId, KvIndex, PrefixMatch, TierWeights};
