@@ -6,7 +6,9 @@
 //! vLLM would check: epp reads the real `/metrics` (queue, running, KV usage, the block size of
 //! `cache_config_info`, no LoRA families and no error for it); it routes around a loaded replica; both APIs
 //! stream and not with usage counted as vLLM counts it; a shared prefix lands where it is cached, so the
-//! real `vllm:prefix_cache_hits_total` rises by every block that could hit; vLLM's own errors pass through.
+//! real `vllm:prefix_cache_hits_total` rises by every block that could hit; epp's KV-event subscribers,
+//! on the replicas' own ZMQ publishers, index that prefix on the replica that holds it and nowhere else;
+//! vLLM's own errors pass through.
 //!
 //! What a real cluster would add: GPU timing and KV pressure (1 GiB of KV cache here, 364 blocks), many
 //! replicas, LoRA adapters.
@@ -28,6 +30,8 @@ pub struct VllmFleet {
     // Dropped in order: Envoy and epp first, then the replicas.
     pub stack: EppBehindEnvoy,
     pub replicas: Vec<Vllm>,
+    /// Each replica's KV-event publisher (`--kv-events-config`, bound as llm-d's guide binds it).
+    pub kv_event_ports: Vec<u16>,
 }
 
 impl VllmFleet {
@@ -36,13 +40,23 @@ impl VllmFleet {
             return None;
         }
         envoy_or_skip(test_name)?;
-        let quiet = ["--disable-uvicorn-access-log"];
-        let mut replicas: Vec<Vllm> = (0..2).map(|_| Vllm::start(MODEL, &quiet)).collect();
+        let kv_event_ports: Vec<u16> = (0..2).map(|_| free_port()).collect();
+        let mut replicas: Vec<Vllm> = kv_event_ports
+            .iter()
+            .map(|port| {
+                let events = json!({"enable_kv_cache_events": true, "publisher": "zmq",
+                    "endpoint": format!("tcp://*:{port}"), "topic": format!("kv@127.0.0.1:{port}@{MODEL}")});
+                Vllm::start(
+                    MODEL,
+                    &["--disable-uvicorn-access-log", "--kv-events-config", &events.to_string()],
+                )
+            })
+            .collect();
         replicas.iter_mut().for_each(Vllm::wait_ready);
         let endpoints = replicas.iter().map(Vllm::address).collect::<Vec<_>>().join(",");
         let args = ["--enable-route-probe", FAST_POOL_GAUGES];
         let stack = start_epp_behind_envoy(test_name, "envoy-full-duplex.yaml", &endpoints, &args, &[])?;
-        Some(VllmFleet { stack, replicas })
+        Some(VllmFleet { stack, replicas, kv_event_ports })
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -92,9 +106,11 @@ pub fn candidate<'a>(probe: &'a Value, address: &str) -> Option<&'a Value> {
 async fn epp_in_front_of_real_vllm() {
     let Some(fleet) = VllmFleet::start("epp_in_front_of_real_vllm") else { return };
     let client = http_client();
+    let events = phases::KvEventsFollower::start(&fleet);
     phases::reads_the_real_metrics(&fleet, &client).await;
     phases::routes_around_a_loaded_replica(&fleet, &client).await;
     phases::both_apis_with_usage_as_vllm_counts_it(&fleet, &client).await;
-    phases::a_shared_prefix_hits_vllms_prefix_cache(&fleet, &client).await;
+    let shared = phases::a_shared_prefix_hits_vllms_prefix_cache(&fleet, &client).await;
+    events.holds_the_shared_prefix(&fleet, &client, &shared).await;
     phases::vllms_errors_pass_through(&fleet, &client).await;
 }

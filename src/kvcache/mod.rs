@@ -6,13 +6,16 @@
 //! - [`block_keys`]: epp's own chain of block keys over token ids, as llm-d computes its own.
 //! - [`index`]: which endpoint holds which block in which tier, and each endpoint's longest cached prefix.
 //!
-//! Not built yet: the ZMQ consumer that follows discovery, the `precise-prefix-cache-producer` plugin and
-//! the token producer that feed the index and read it.
+//! - [`subscriber`]: one endpoint's ZMQ subscription, applying its events to the shared index.
+//!
+//! Not built yet: starting subscribers as discovery adds and removes endpoints (and replay), the
+//! `precise-prefix-cache-producer` plugin and the token producer that read the index.
 
 mod block_keys;
 mod events;
 mod frames;
 mod index;
+mod subscriber;
 
 pub use block_keys::{BlockKeyHasher, HashAlgorithm};
 pub use events::{decode_batch, BlockStored, DecodeError, EventBatch, KvEvent};
@@ -21,3 +24,4 @@ pub use frames::{
     REPLAY_END_SEQ,
 };
 pub use index::{Applied, EndpointId, KvIndex, PrefixMatch, TierWeights};
+pub use subscriber::{apply_message, run as run_subscriber, SharedIndex, SubscriberStats, Subscription};

@@ -150,7 +150,10 @@ pub(crate) async fn both_apis_with_usage_as_vllm_counts_it(fleet: &VllmFleet, cl
 /// Eight requests sharing a ~700-token prefix, one after another through the gateway: epp sends each
 /// repeat where the prefix is cached, so vLLM's `prefix_cache_hits_total` rises by every whole block of
 /// the prefix on each of the seven repeats (one repeat sent elsewhere would miss them all).
-pub(crate) async fn a_shared_prefix_hits_vllms_prefix_cache(fleet: &VllmFleet, client: &reqwest::Client) {
+pub(crate) async fn a_shared_prefix_hits_vllms_prefix_cache(
+    fleet: &VllmFleet,
+    client: &reqwest::Client,
+) -> String {
     let shared =
         format!("{}\n\n", "You are a careful assistant who answers questions about arithmetic. ".repeat(48));
     let tokenize = format!("http://{}/tokenize", fleet.replicas[0].address());
@@ -170,6 +173,82 @@ pub(crate) async fn a_shared_prefix_hits_vllms_prefix_cache(fleet: &VllmFleet, c
     let hits = fleet.replicas_sum("vllm:prefix_cache_hits_total") - hits_before;
     eprintln!("FIGURE shared prefix: {hits} of {} cacheable prompt tokens hit vLLM's cache", 7 * cacheable);
     assert_eq!(hits, (7 * cacheable) as f64, "every repeat hit the cache ({shared_tokens}-token prefix)");
+    shared
+}
+
+/// epp's KV-event subscribers on both replicas' real publishers (vLLM's own ZMQ PUB, msgpack batches),
+/// feeding one index at epp's default block size of 16 tokens (vLLM's CPU blocks are 128).
+pub(crate) struct KvEventsFollower {
+    index: epp::kvcache::SharedIndex,
+    stats: std::sync::Arc<epp::kvcache::SubscriberStats>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl KvEventsFollower {
+    pub(crate) fn start(fleet: &VllmFleet) -> Self {
+        use epp::kvcache::{BlockKeyHasher, HashAlgorithm, KvIndex, Subscription, TierWeights};
+        let hasher = BlockKeyHasher::new(HashAlgorithm::CborFnv, 16, "");
+        let index = std::sync::Arc::new(std::sync::Mutex::new(KvIndex::new(hasher, TierWeights::default())));
+        let stats = std::sync::Arc::new(epp::kvcache::SubscriberStats::default());
+        let tasks = fleet
+            .kv_event_ports
+            .iter()
+            .enumerate()
+            .map(|(endpoint, port)| {
+                let subscription = Subscription {
+                    endpoint: endpoint as u32,
+                    publisher: format!("tcp://127.0.0.1:{port}"),
+                    topic_filter: "kv@".into(),
+                    default_model: MODEL.into(),
+                };
+                tokio::spawn(epp::kvcache::run_subscriber(subscription, index.clone(), stats.clone()))
+            })
+            .collect();
+        Self { index, stats, tasks }
+    }
+
+    /// The shared prefix, tokenized by vLLM: the replica that served the repeats holds every one of its
+    /// blocks vLLM stored, by the events alone; the other holds none of it.
+    pub(crate) async fn holds_the_shared_prefix(
+        &self,
+        fleet: &VllmFleet,
+        client: &reqwest::Client,
+        shared: &str,
+    ) {
+        let tokenize = format!("http://{}/tokenize", fleet.replicas[0].address());
+        let answer =
+            read_json(post_json(client, &tokenize, &json!({"model": MODEL, "prompt": shared})).await).await;
+        let tokens: Vec<u32> = answer["tokens"]
+            .as_array()
+            .unwrap_or_else(|| panic!("/tokenize: {answer}"))
+            .iter()
+            .filter_map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+            .collect();
+        let stored_blocks = tokens.len() as u64 / VLLM_CPU_BLOCK_SIZE * (VLLM_CPU_BLOCK_SIZE / 16);
+        let mut matches = Vec::new();
+        let found = wait_until_async(PROPAGATION_DEADLINE, || {
+            let index = self.index.lock().expect("index");
+            let mut keys = Vec::new();
+            index.hasher().extend_keys(index.hasher().root(MODEL), &tokens, &mut keys);
+            index.longest_prefix(&keys, &mut matches);
+            let ok = matches.len() == 1 && matches[0].blocks as u64 >= stored_blocks;
+            async move { ok }
+        })
+        .await;
+        eprintln!("FIGURE KV events: {matches:?} of {} blocks, {:?}", tokens.len() / 16, self.stats);
+        assert!(
+            found,
+            "the index never held the shared prefix ({stored_blocks} blocks): {matches:?}, {:?}",
+            self.stats
+        );
+        assert_eq!(self.stats.malformed.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+}
+
+impl Drop for KvEventsFollower {
+    fn drop(&mut self) {
+        self.tasks.iter().for_each(tokio::task::JoinHandle::abort);
+    }
 }
 
 /// vLLM's own answers to bad requests reach the client unchanged, and nothing stays in flight.

@@ -1,0 +1,85 @@
+use super::*;
+use crate::kvcache::block_keys::{BlockKeyHasher, HashAlgorithm};
+use crate::kvcache::index::TierWeights;
+use zeromq::{PubSocket, SocketSend, ZmqMessage};
+
+/// Real vLLM 0.32 payloads (tests/fixtures/vllm-real-kv-events.txt).
+fn payloads() -> Vec<Vec<u8>> {
+    let text = include_str!("../../tests/fixtures/vllm-real-kv-events.txt");
+    text.lines()
+        .filter_map(|line| line.strip_prefix("# payload hex: "))
+        .map(|hex| {
+            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+        })
+        .collect()
+}
+
+fn shared_index() -> SharedIndex {
+    Arc::new(Mutex::new(KvIndex::new(
+        BlockKeyHasher::new(HashAlgorithm::Xxh64, 16, ""),
+        TierWeights::default(),
+    )))
+}
+
+fn subscription(publisher: &str) -> Subscription {
+    Subscription {
+        endpoint: 3,
+        publisher: publisher.to_string(),
+        topic_filter: "kv@".to_string(),
+        default_model: "smol".to_string(),
+    }
+}
+
+fn message(seq: u64, payload: &[u8]) -> Vec<Bytes> {
+    vec![
+        Bytes::from_static(b"kv@127.0.0.1:8000@smol"),
+        Bytes::copy_from_slice(&seq.to_be_bytes()),
+        Bytes::copy_from_slice(payload),
+    ]
+}
+
+#[test]
+fn sequence_gaps_resets_and_malformed_messages() {
+    let (index, stats, sub) = (shared_index(), SubscriberStats::default(), subscription("tcp://unused:1"));
+    let payloads = payloads();
+    let mut last = None;
+    apply_message(&sub, &message(6, &payloads[0]), &mut last, &index, &stats);
+    let one_prompt = index.lock().unwrap().len();
+    assert_eq!(one_prompt, 6 * 8, "six engine blocks of 128 are 48 of epp's 16");
+    apply_message(&sub, &message(8, &payloads[1]), &mut last, &index, &stats);
+    assert_eq!(stats.gaps.load(Ordering::Relaxed), 1, "seq 7 was lost");
+    // The publisher restarted: seq 0 again. Its old blocks are dropped before the new ones apply.
+    apply_message(&sub, &message(0, &payloads[0]), &mut last, &index, &stats);
+    assert_eq!(stats.resets.load(Ordering::Relaxed), 1);
+    assert_eq!(index.lock().unwrap().len(), one_prompt);
+    apply_message(&sub, &[Bytes::from_static(b"kv@x@m")], &mut last, &index, &stats);
+    apply_message(&sub, &message(1, b"\x93\xcb"), &mut last, &index, &stats);
+    assert_eq!(stats.malformed.load(Ordering::Relaxed), 2);
+    assert_eq!(stats.messages.load(Ordering::Relaxed), 5);
+    assert_eq!(stats.blocks_stored.load(Ordering::Relaxed), 6 + 5 + 6);
+}
+
+/// Over real ZMQ sockets on loopback: a PUB bound as vLLM binds it (`tcp://*:port`), the subscriber
+/// connected to it. Messages sent before the subscription reaches the publisher are lost (ZMQ's
+/// slow-joiner), so the publisher repeats until the index shows them.
+#[tokio::test]
+async fn a_subscriber_indexes_what_a_zmq_publisher_sends() {
+    let mut publisher = PubSocket::new();
+    let bound = publisher.bind("tcp://127.0.0.1:0").await.expect("bind");
+    let (index, stats) = (shared_index(), Arc::new(SubscriberStats::default()));
+    let task = tokio::spawn(run(subscription(&bound.to_string()), index.clone(), stats.clone()));
+    let payload = payloads().remove(0);
+    let mut seq = 0u64;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while index.lock().unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "nothing indexed: {stats:?}");
+        let message = ZmqMessage::try_from(message(seq, &payload)).expect("frames");
+        publisher.send(message).await.expect("send");
+        seq += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A topic outside the filter is not received at all.
+    assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
+    assert_eq!(index.lock().unwrap().len(), 48);
+    task.abort();
+}
