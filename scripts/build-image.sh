@@ -10,8 +10,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 EPP_IMAGE=${EPP_IMAGE:-localhost/epp:$VERSION}
-BASE_IMAGE=${BASE_IMAGE:-localhost/epp-base:bookworm}
-SUITE=${DEBIAN_SUITE:-bookworm}
+# The host's own Debian release: the binary is built against the host's glibc, so the image carries the
+# same one (an older base would lack the symbol versions it needs).
+SUITE=${DEBIAN_SUITE:-$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")}
+BASE_IMAGE=${BASE_IMAGE:-localhost/epp-base:$SUITE}
 # The Debian mirror apt already uses on this machine (the only package source it may reach).
 MIRROR=${DEBIAN_MIRROR:-$(sed -n 's/^URIs: *\([^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n1)}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}

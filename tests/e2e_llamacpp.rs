@@ -82,9 +82,7 @@ impl RealFleet {
 
     /// The route probe's answer for a small completion: where epp would send it now, and what it read.
     pub async fn probe(&self, client: &reqwest::Client) -> Value {
-        let url = format!("http://127.0.0.1:{}/debug/route/v1/completions", self.stack.epp.metrics_port);
-        let body = json!({"model": CLIENT_MODEL, "prompt": "probe", "max_tokens": 1});
-        read_json(post_json(client, &url, &body).await).await
+        route_probe(client, self.stack.epp.metrics_port, &probe_body()).await
     }
 
     /// The index of the server whose own `/metrics` says it is decoding a request now.
@@ -95,9 +93,8 @@ impl RealFleet {
     }
 }
 
-/// The probe's candidate for `address`, as epp scraped it.
-pub fn probed_candidate<'a>(probe: &'a Value, address: &str) -> Option<&'a Value> {
-    probe["candidates"].as_array()?.iter().find(|c| c["address"] == address)
+fn probe_body() -> Value {
+    json!({"model": CLIENT_MODEL, "prompt": "probe", "max_tokens": 1})
 }
 
 /// A streamed completion long enough to stay in flight for seconds (`ignore_eos`: llama.cpp's own
@@ -113,12 +110,5 @@ pub async fn wait_for_probe(
     client: &reqwest::Client,
     ready: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = tokio::time::Instant::now() + PROPAGATION_DEADLINE;
-    loop {
-        let probe = fleet.probe(client).await;
-        if ready(&probe) || tokio::time::Instant::now() > deadline {
-            return probe;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    epp_testkit::wait_for_probe(client, fleet.stack.epp.metrics_port, &probe_body(), ready).await
 }

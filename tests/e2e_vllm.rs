@@ -13,8 +13,6 @@
 //! What a real cluster would add: GPU timing and KV pressure (1 GiB of KV cache here, 364 blocks), many
 //! replicas, LoRA adapters.
 
-use std::time::Duration;
-
 use epp_testkit::vllm::{vllm_or_skip, Vllm, VLLM_CPU_BLOCK_SIZE};
 use epp_testkit::*;
 use serde_json::{json, Value};
@@ -69,8 +67,7 @@ impl VllmFleet {
 
     /// The route probe's answer for `body` to `/v1/completions`: where epp would send it now, and why.
     pub async fn probe(&self, client: &reqwest::Client, body: &Value) -> Value {
-        let url = format!("http://127.0.0.1:{}/debug/route/v1/completions", self.stack.epp.metrics_port);
-        read_json(post_json(client, &url, body).await).await
+        route_probe(client, self.stack.epp.metrics_port, body).await
     }
 
     /// Waits (up to [`PROPAGATION_DEADLINE`]) until `ready` holds for the probe's answer; returns the last.
@@ -80,25 +77,13 @@ impl VllmFleet {
         body: &Value,
         ready: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = tokio::time::Instant::now() + PROPAGATION_DEADLINE;
-        loop {
-            let probe = self.probe(client, body).await;
-            if ready(&probe) || tokio::time::Instant::now() > deadline {
-                return probe;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_for_probe(client, self.stack.epp.metrics_port, body, ready).await
     }
 
     /// The sum over both replicas of one of vLLM's own counters or gauges.
     pub fn replicas_sum(&self, name: &str) -> f64 {
         self.replicas.iter().map(|r| metric_sum(&r.metrics_text(), name, &[]).unwrap_or(0.0)).sum()
     }
-}
-
-/// The probe's candidate for `address`.
-pub fn candidate<'a>(probe: &'a Value, address: &str) -> Option<&'a Value> {
-    probe["candidates"].as_array()?.iter().find(|c| c["address"] == address)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

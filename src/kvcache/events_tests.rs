@@ -1,24 +1,7 @@
 use super::*;
 use serde_json::Value;
 
-/// The four frames real vLLM 0.32 published (tests/fixtures/vllm-real-kv-events.txt): each payload in hex,
-/// and the same payload as vLLM's own msgpack decoder printed it (JSON).
-fn real_frames() -> Vec<(Vec<u8>, Value)> {
-    let text = include_str!("../../tests/fixtures/vllm-real-kv-events.txt");
-    let mut frames = Vec::new();
-    let mut lines = text.lines();
-    while let Some(line) = lines.next() {
-        if let Some(hex) = line.strip_prefix("# payload hex: ") {
-            let bytes = (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
-                .collect();
-            let json = serde_json::from_str(lines.next().expect("the JSON line")).expect("JSON");
-            frames.push((bytes, json));
-        }
-    }
-    frames
-}
+use crate::kvcache::test_data::real_vllm_frames as real_frames;
 
 fn u64s(value: &Value) -> Vec<u64> {
     value.as_array().expect("array").iter().map(|v| v.as_u64().expect("u64")).collect()
@@ -105,6 +88,7 @@ fn positional_events_and_binary_hashes() {
         block_size: 2,
         medium: Some("CPU".into()),
         lora_name: Some("adapter-a".into()),
+        lora_id: None,
     };
     assert_eq!(
         batch.events,
@@ -162,13 +146,24 @@ fn malformed_payloads_are_errors() {
     assert!(matches!(decode_batch(&[0xc1]), Err(DecodeError::Unexpected { .. })));
     assert!(matches!(decode_batch(b"\x93\xcb"), Err(DecodeError::Truncated)));
 
+    // A newer engine's event types, in both forms, are skipped whole (and counted); the batch's other
+    // events still apply.
     let mut unknown = Vec::new();
     rmp::encode::write_array_len(&mut unknown, 2).unwrap();
     rmp::encode::write_f64(&mut unknown, 0.0).unwrap();
-    rmp::encode::write_array_len(&mut unknown, 1).unwrap();
-    rmp::encode::write_array_len(&mut unknown, 1).unwrap();
+    rmp::encode::write_array_len(&mut unknown, 3).unwrap();
+    rmp::encode::write_array_len(&mut unknown, 2).unwrap();
     rmp::encode::write_str(&mut unknown, "BlockMoved").unwrap();
-    assert_eq!(decode_batch(&unknown), Err(DecodeError::UnknownEvent("BlockMoved".into())));
+    rmp::encode::write_uint(&mut unknown, 5).unwrap();
+    rmp::encode::write_map_len(&mut unknown, 2).unwrap();
+    rmp::encode::write_str(&mut unknown, "type").unwrap();
+    rmp::encode::write_str(&mut unknown, "Later").unwrap();
+    rmp::encode::write_str(&mut unknown, "x").unwrap();
+    rmp::encode::write_uint(&mut unknown, 1).unwrap();
+    rmp::encode::write_array_len(&mut unknown, 1).unwrap();
+    rmp::encode::write_str(&mut unknown, "AllBlocksCleared").unwrap();
+    let batch = decode_batch(&unknown).expect("decodes");
+    assert_eq!((batch.events, batch.unknown_events), (vec![KvEvent::AllBlocksCleared], 2));
 
     // An unknown field nested 100 deep is refused, not recursed into.
     let mut deep = Vec::new();

@@ -9,7 +9,8 @@
 //! Scoring credits each endpoint for its contiguous run from block 0 only, each block at the best weight of
 //! the tiers it is held in.
 //!
-//! Pure and synchronous: the consumer task applies events, the scheduling plugin reads through a snapshot.
+//! Pure and synchronous: the subscribers apply events under a lock ([`super::SharedIndex`]); how the
+//! scheduling side will read it without one is not decided yet (issue 20).
 
 use std::collections::HashMap;
 
@@ -38,7 +39,12 @@ impl TierWeights {
             Some("disk") => "storage".to_string(),
             Some(other) => other.to_string(),
         };
-        self.0.iter().position(|(tier, _)| *tier == name).map_or(u8::MAX, |i| i as u8)
+        // Tiers past the 255th share the "unknown tier" slot (weight 0).
+        self.0
+            .iter()
+            .position(|(tier, _)| *tier == name)
+            .and_then(|i| u8::try_from(i).ok())
+            .unwrap_or(u8::MAX)
     }
 
     fn weight(&self, tier: u8) -> f64 {
@@ -51,8 +57,9 @@ impl TierWeights {
 pub struct Applied {
     pub blocks_stored: usize,
     pub blocks_removed: usize,
-    /// A `BlockStored` whose parent the index never saw (its chain cannot be continued), or whose block
-    /// size is not a multiple of epp's.
+    /// A `BlockStored` whose parent the index never saw (its chain cannot be continued), whose block size
+    /// is not a multiple of epp's, whose token ids do not cover its blocks, or whose LoRA adapter has no
+    /// name.
     pub stores_skipped: usize,
     /// A removal of a block the index does not hold.
     pub removals_skipped: usize,
@@ -139,7 +146,12 @@ impl KvIndex {
             0 if hashes > 0 => stored.token_ids.len() / hashes,
             size => size,
         };
-        if engine_block == 0 || engine_block % self.hasher.block_size() != 0 {
+        let unnamed_adapter = stored.lora_id.is_some() && stored.lora_name.is_none();
+        if engine_block == 0
+            || engine_block % self.hasher.block_size() != 0
+            || stored.token_ids.len() != hashes * engine_block
+            || unnamed_adapter
+        {
             return skipped;
         }
         let tier = self.tiers.tier(stored.medium.as_deref());
@@ -157,7 +169,7 @@ impl KvIndex {
             parent = self.scratch.last().copied().unwrap_or(parent);
             let held = self.endpoints.entry(endpoint).or_default();
             if let Some(block) = held.get_mut(&(hash, tier)) {
-                block.refs += 1;
+                block.refs = block.refs.saturating_add(1);
                 continue;
             }
             held.insert((hash, tier), EngineBlock { keys: self.scratch.clone(), refs: 1 });
@@ -165,7 +177,7 @@ impl KvIndex {
                 // Holders stay sorted by (endpoint, tier): lookups merge them with the sorted candidates.
                 let holders = self.blocks.entry(key).or_default();
                 match holders.binary_search_by_key(&(endpoint, tier), |h| (h.endpoint, h.tier)) {
-                    Ok(i) => holders[i].refs += 1,
+                    Ok(i) => holders[i].refs = holders[i].refs.saturating_add(1),
                     Err(i) => holders.insert(i, Holder { endpoint, tier, refs: 1 }),
                 }
             }
@@ -186,7 +198,7 @@ impl KvIndex {
     fn release(&mut self, endpoint: EndpointId, hash: u64, tier: u8) -> bool {
         let Some(held) = self.endpoints.get_mut(&endpoint) else { return false };
         let Some(block) = held.get_mut(&(hash, tier)) else { return false };
-        block.refs -= 1;
+        block.refs = block.refs.saturating_sub(1);
         if block.refs == 0 {
             if let Some(block) = held.remove(&(hash, tier)) {
                 self.unhold(endpoint, tier, &block.keys);
@@ -199,7 +211,7 @@ impl KvIndex {
         for key in keys {
             let Some(holders) = self.blocks.get_mut(key) else { continue };
             if let Ok(i) = holders.binary_search_by_key(&(endpoint, tier), |h| (h.endpoint, h.tier)) {
-                holders[i].refs -= 1;
+                holders[i].refs = holders[i].refs.saturating_sub(1);
                 if holders[i].refs == 0 {
                     holders.remove(i);
                 }

@@ -15,7 +15,10 @@ mod block_keys;
 mod events;
 mod frames;
 mod index;
+mod msgpack;
 mod subscriber;
+#[cfg(test)]
+mod test_data;
 
 pub use block_keys::{BlockKeyHasher, HashAlgorithm};
 pub use events::{decode_batch, BlockStored, DecodeError, EventBatch, KvEvent};

@@ -3,10 +3,11 @@
 //! live message decoded and applied to the shared index.
 //!
 //! Sequence numbers are watched as llm-d watches them (llm-d/llm-d-router:pkg/kvevents/zmq_subscriber.go):
-//! a number below the last one means the publisher restarted, so the endpoint's entries are dropped before
-//! its new events apply; a jump means events were lost (counted; replay is not built yet). A message that
-//! does not parse is counted and skipped. The loop runs until its task is aborted; the ZMQ socket
-//! reconnects by itself when the publisher goes away and comes back.
+//! a number not above the last one means the publisher restarted (it counts from 0 again). Until replay
+//! exists, whatever may have been missed drops the endpoint's entries, since a missed removal would leave a
+//! block indexed that the engine no longer holds, and a stale hit is worse than a miss: a restart, a jump
+//! in the sequence (events lost), and a new connection. A message that does not parse is counted and
+//! skipped. The loop runs until its task is aborted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,6 +35,8 @@ pub struct SubscriberStats {
     pub stores_skipped: AtomicU64,
     pub removals_skipped: AtomicU64,
     pub connect_failures: AtomicU64,
+    /// Events of a type the decoder does not know, skipped.
+    pub unknown_events: AtomicU64,
 }
 
 /// What one subscriber needs.
@@ -61,6 +64,8 @@ pub async fn run(subscription: Subscription, index: SharedIndex, stats: Arc<Subs
             tokio::time::sleep(RECONNECT_DELAY).await;
             continue;
         }
+        // Whatever was published while disconnected is lost: start from what comes now.
+        lock(&index).remove_endpoint(subscription.endpoint);
         let mut last_seq: Option<u64> = None;
         while let Ok(message) = socket.recv().await {
             let frames: Vec<Bytes> = message.into_vec();
@@ -89,15 +94,19 @@ pub fn apply_message(
         return;
     };
     let model = topic_model(message.topic).unwrap_or(&subscription.default_model);
-    let Ok(mut index) = index.lock() else { return };
+    stats.unknown_events.fetch_add(batch.unknown_events as u64, Ordering::Relaxed);
+    let mut index = lock(index);
     match *last_seq {
         Some(last) if message.seq <= last => {
             // The publisher restarted (its sequence starts again at 0): what it held is gone.
             stats.resets.fetch_add(1, Ordering::Relaxed);
-            index.remove_endpoint(subscription.endpoint);
+            let dropped = index.remove_endpoint(subscription.endpoint);
+            stats.blocks_removed.fetch_add(dropped as u64, Ordering::Relaxed);
         }
-        Some(last) if message.seq > last + 1 => {
+        Some(last) if message.seq > last.saturating_add(1) => {
             stats.gaps.fetch_add(1, Ordering::Relaxed);
+            let dropped = index.remove_endpoint(subscription.endpoint);
+            stats.blocks_removed.fetch_add(dropped as u64, Ordering::Relaxed);
         }
         _ => {}
     }
@@ -109,6 +118,12 @@ pub fn apply_message(
         stats.stores_skipped.fetch_add(applied.stores_skipped as u64, Ordering::Relaxed);
         stats.removals_skipped.fetch_add(applied.removals_skipped as u64, Ordering::Relaxed);
     }
+}
+
+/// The index, even if a thread panicked while holding it: every mutation leaves it consistent between
+/// events, so a poisoned lock must not silently stop every subscriber.
+fn lock(index: &SharedIndex) -> std::sync::MutexGuard<'_, KvIndex> {
+    index.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

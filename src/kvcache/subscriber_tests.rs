@@ -3,16 +3,7 @@ use crate::kvcache::block_keys::{BlockKeyHasher, HashAlgorithm};
 use crate::kvcache::index::TierWeights;
 use zeromq::{PubSocket, SocketSend, ZmqMessage};
 
-/// Real vLLM 0.32 payloads (tests/fixtures/vllm-real-kv-events.txt).
-fn payloads() -> Vec<Vec<u8>> {
-    let text = include_str!("../../tests/fixtures/vllm-real-kv-events.txt");
-    text.lines()
-        .filter_map(|line| line.strip_prefix("# payload hex: "))
-        .map(|hex| {
-            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
-        })
-        .collect()
-}
+use crate::kvcache::test_data::real_vllm_payloads as payloads;
 
 fn shared_index() -> SharedIndex {
     Arc::new(Mutex::new(KvIndex::new(
@@ -48,6 +39,7 @@ fn sequence_gaps_resets_and_malformed_messages() {
     assert_eq!(one_prompt, 6 * 8, "six engine blocks of 128 are 48 of epp's 16");
     apply_message(&sub, &message(8, &payloads[1]), &mut last, &index, &stats);
     assert_eq!(stats.gaps.load(Ordering::Relaxed), 1, "seq 7 was lost");
+    assert_eq!(index.lock().unwrap().len(), 5 * 8, "what came before the gap is dropped: it may be stale");
     // The publisher restarted: seq 0 again. Its old blocks are dropped before the new ones apply.
     apply_message(&sub, &message(0, &payloads[0]), &mut last, &index, &stats);
     assert_eq!(stats.resets.load(Ordering::Relaxed), 1);
@@ -57,6 +49,7 @@ fn sequence_gaps_resets_and_malformed_messages() {
     assert_eq!(stats.malformed.load(Ordering::Relaxed), 2);
     assert_eq!(stats.messages.load(Ordering::Relaxed), 5);
     assert_eq!(stats.blocks_stored.load(Ordering::Relaxed), 6 + 5 + 6);
+    assert_eq!(stats.blocks_removed.load(Ordering::Relaxed), 6 + 5, "the gap's and the restart's drops");
 }
 
 /// Over real ZMQ sockets on loopback: a PUB bound as vLLM binds it (`tcp://*:port`), the subscriber
@@ -78,7 +71,6 @@ async fn a_subscriber_indexes_what_a_zmq_publisher_sends() {
         seq += 1;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // A topic outside the filter is not received at all.
     assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
     assert_eq!(index.lock().unwrap().len(), 48);
     task.abort();

@@ -1,18 +1,18 @@
 //! The README's five-minute tour, followed as a new user would: its shell blocks between the `tour:begin`
 //! and `tour:end` markers run in order, from the repository root, with epp's defaults (so the shipped Envoy
-//! bootstrap must speak TLS to epp). Two substitutions only: `target/release/` becomes the directory of the
-//! binaries this test run built (debug), and `/tmp/envoy.yaml` a temporary file. The first block (build and
-//! `make envoy`) is what the test run already did. The ports are the README's own (8001–8002, 8080, 9901,
-//! 9002–9003, 9090): a port already taken fails the test, naming it.
+//! bootstrap must speak TLS to epp). What is substituted: `target/release/` becomes the directory of the
+//! binaries this test run built (debug), `/tmp/envoy.yaml` a temporary file, and the README's ports
+//! (8001–8002, 8080, 9901, and epp's default 9002, 9003 and 9090, which the epp command then names) free
+//! ones, so that a Prometheus or another tour on the machine cannot collide with it. The first block (build
+//! and `make envoy`) is what the test run already did.
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use epp_testkit::{envoy_or_skip, manifest_dir, workspace_bin};
+use epp_testkit::{envoy_or_skip, free_port, manifest_dir, workspace_bin};
 
-const TOUR_PORTS: [u16; 7] = [8001, 8002, 8080, 9901, 9002, 9003, 9090];
 const TOUR_DEADLINE: Duration = Duration::from_secs(60);
 
 /// The `sh` blocks of the README between the tour markers.
@@ -44,6 +44,25 @@ fn port_is_free(port: u16) -> bool {
     std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
+/// A free port whose successor is free too (`epp-sim --port P` serves its second replica on P + 1).
+fn free_port_pair() -> u16 {
+    loop {
+        let port = free_port();
+        if port < u16::MAX && port_is_free(port + 1) {
+            return port;
+        }
+    }
+}
+
+/// The README's ports and what they become here. epp's own defaults are named on its command line.
+fn port_map() -> Vec<(String, String)> {
+    let sims = free_port_pair();
+    let fixed = [8080, 9901, 9002, 9003, 9090].map(|port| (port.to_string(), free_port().to_string()));
+    let mut map = vec![("8001".to_string(), sims.to_string()), ("8002".to_string(), (sims + 1).to_string())];
+    map.extend(fixed);
+    map
+}
+
 #[test]
 fn the_readme_tour_routes_a_request_with_epps_defaults() {
     if envoy_or_skip("the_readme_tour_routes_a_request_with_epps_defaults").is_none() {
@@ -54,15 +73,22 @@ fn the_readme_tour_routes_a_request_with_epps_defaults() {
     let blocks = tour_blocks(&readme);
     assert!(blocks.len() >= 4, "the tour has its build, fleet, gateway and request blocks: {blocks:?}");
     assert!(blocks[0].starts_with("cargo build"), "the tour starts by building: {}", blocks[0]);
-    for port in TOUR_PORTS {
-        assert!(port_is_free(port), "port {port}, which the README's tour uses, is taken on this machine");
-    }
     let bin_dir = workspace_bin("epp-sim").parent().map(Path::to_path_buf).expect("binary directory");
     let work = tempfile::tempdir().expect("temp dir");
     let envoy_yaml = work.path().join("envoy.yaml");
+    let ports = port_map();
     let follow = |block: &str| {
-        block
-            .replace("target/release/", &format!("{}/", bin_dir.display()))
+        // epp's default ports, named so that they can be moved like the others.
+        let epp = "target/release/epp --grpc-port 9002 --grpc-health-port 9003 --metrics-port 9090 ";
+        let mut text = block.replace("target/release/epp ", epp);
+        // Through placeholders: a new port may contain an old one ("38001").
+        for (i, (from, _)) in ports.iter().enumerate() {
+            text = text.replace(from.as_str(), &format!("\u{1}{i}\u{1}"));
+        }
+        for (i, (_, to)) in ports.iter().enumerate() {
+            text = text.replace(&format!("\u{1}{i}\u{1}"), to);
+        }
+        text.replace("target/release/", &format!("{}/", bin_dir.display()))
             .replace("/tmp/envoy.yaml", &envoy_yaml.display().to_string())
     };
     let (request, start) = blocks[1..].split_last().expect("blocks after the build");

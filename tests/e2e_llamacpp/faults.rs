@@ -37,8 +37,8 @@ async fn a_server_killed_mid_stream_is_excluded_and_nothing_leaks() {
     assert!(!body.as_deref().unwrap_or("").contains("[DONE]"), "the stream was cut, not finished");
 
     // epp takes the dead server out (its scrapes fail), then every request goes to the survivor.
-    let probe = wait_for_probe(&fleet, &client, |probe| probed_candidate(probe, &dead).is_none()).await;
-    assert!(probed_candidate(&probe, &dead).is_none(), "{dead} is still a candidate: {probe:#}");
+    let probe = wait_for_probe(&fleet, &client, |probe| probe_candidate(probe, &dead).is_none()).await;
+    assert!(probe_candidate(&probe, &dead).is_none(), "{dead} is still a candidate: {probe:#}");
     assert_eq!(probe["pick"]["address"], survivor.as_str());
     for _ in 0..4 {
         let body = json!({"model": CLIENT_MODEL, "prompt": "Hi", "max_tokens": 2, "temperature": 0});

@@ -19,21 +19,6 @@ fn small_request(path: &str, streamed: bool) -> Value {
     body
 }
 
-/// The response's JSON object that carries `usage`: the whole body, or the stream's last chunk before
-/// `[DONE]`. llama.cpp puts the usage of a streamed completion on its finishing chunk (with the choice),
-/// and of a streamed chat on a chunk of its own with no choices, as vLLM does for both.
-fn usage_object(body: &str, streamed: bool) -> Value {
-    if !streamed {
-        return serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
-    }
-    let events = sse_data(body);
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "the stream ends with [DONE]: {body}");
-    let last_chunk = &events[events.len().saturating_sub(2)];
-    let chunk: Value = serde_json::from_str(last_chunk).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
-    assert!(chunk["usage"].is_object(), "the last chunk carries the usage: {body}");
-    chunk
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_apis_streamed_and_not_carry_usage_and_the_rewritten_model() {
     let name = "both_apis_streamed_and_not_carry_usage_and_the_rewritten_model";
@@ -80,15 +65,17 @@ async fn both_apis_streamed_and_not_carry_usage_and_the_rewritten_model() {
         fleet.epp_metrics()
     );
     // And llama.cpp's own counter agrees with both.
-    let predicted: f64 = fleet
-        .servers
-        .iter()
-        .map(|s| metric_sample(&s.metrics_text(), "llamacpp:tokens_predicted_total", &[]).unwrap_or(0.0))
-        .sum();
     let direct_tokens = answer["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+    let want = (completion_tokens + direct_tokens) as f64;
+    let predicted = settled_value(want, || {
+        let servers = fleet.servers.iter();
+        servers
+            .map(|s| metric_sample(&s.metrics_text(), "llamacpp:tokens_predicted_total", &[]).unwrap_or(0.0))
+            .sum()
+    })
+    .await;
     assert_eq!(
-        predicted,
-        (completion_tokens + direct_tokens) as f64,
+        predicted, want,
         "llamacpp:tokens_predicted_total over both servers (the direct request's {direct_tokens} included)"
     );
 }
@@ -113,11 +100,11 @@ async fn epp_reads_llamacpps_running_and_deferred_requests_and_routes_around_the
         })
         .collect();
     let probe = wait_for_probe(&fleet, &client, |probe| {
-        probed_candidate(probe, &busy)
+        probe_candidate(probe, &busy)
             .is_some_and(|c| c["running_requests"] == 1 && c["waiting_queue_size"] == 1)
     })
     .await;
-    let seen = probed_candidate(&probe, &busy);
+    let seen = probe_candidate(&probe, &busy);
     assert!(
         seen.is_some_and(|c| c["running_requests"] == 1 && c["waiting_queue_size"] == 1),
         "epp never read llama.cpp's requests_processing/requests_deferred for {busy}: {probe:#}"
@@ -127,8 +114,11 @@ async fn epp_reads_llamacpps_running_and_deferred_requests_and_routes_around_the
     let response =
         post_json(&client, &fleet.url("/v1/completions"), &small_request("/v1/completions", false)).await;
     assert_eq!(response.status(), 200);
-    let processed = metric_sample(&fleet.servers[1].metrics_text(), "llamacpp:tokens_predicted_total", &[])
-        .unwrap_or(0.0);
+    let idle_server = &fleet.servers[1];
+    let processed = settled_value(6.0, || {
+        metric_sample(&idle_server.metrics_text(), "llamacpp:tokens_predicted_total", &[]).unwrap_or(0.0)
+    })
+    .await;
     assert_eq!(processed, 6.0, "the gateway's request went to the idle server");
     for request in held {
         request.abort();

@@ -26,14 +26,13 @@ async fn wait_idle(fleet: &VllmFleet) {
 pub(crate) async fn reads_the_real_metrics(fleet: &VllmFleet, client: &reqwest::Client) {
     let probe = fleet
         .wait_for_probe(client, &long_probe_body(), |p| {
-            fleet
-                .replicas
-                .iter()
-                .all(|r| candidate(p, &r.address()).is_some_and(|c| c["prefix_total_blocks"] == PROBE_BLOCKS))
+            fleet.replicas.iter().all(|r| {
+                probe_candidate(p, &r.address()).is_some_and(|c| c["prefix_total_blocks"] == PROBE_BLOCKS)
+            })
         })
         .await;
     for replica in &fleet.replicas {
-        let seen = candidate(&probe, &replica.address());
+        let seen = probe_candidate(&probe, &replica.address());
         let seen = seen.unwrap_or_else(|| panic!("{} is no candidate: {probe:#}", replica.address()));
         assert_eq!(
             seen["prefix_total_blocks"], PROBE_BLOCKS,
@@ -65,10 +64,11 @@ pub(crate) async fn routes_around_a_loaded_replica(fleet: &VllmFleet, client: &r
         .collect();
     let probe = fleet
         .wait_for_probe(client, &long_probe_body(), |p| {
-            candidate(p, &loaded).is_some_and(|c| c["running_requests"] == 4 && c["waiting_queue_size"] == 2)
+            probe_candidate(p, &loaded)
+                .is_some_and(|c| c["running_requests"] == 4 && c["waiting_queue_size"] == 2)
         })
         .await;
-    let seen = candidate(&probe, &loaded).expect("the loaded replica is a candidate");
+    let seen = probe_candidate(&probe, &loaded).expect("the loaded replica is a candidate");
     assert_eq!((seen["running_requests"].as_u64(), seen["waiting_queue_size"].as_u64()), (Some(4), Some(2)));
     assert!(seen["kv_cache_usage"].as_f64().is_some_and(|kv| kv > 0.0), "KV in use: {seen:#}");
     assert_eq!(probe["pick"]["address"], idle.as_str(), "the probe picks the idle replica: {probe:#}");
@@ -83,19 +83,6 @@ pub(crate) async fn routes_around_a_loaded_replica(fleet: &VllmFleet, client: &r
     // Dropping the streams' connections makes vLLM abort them.
     load.iter().for_each(tokio::task::JoinHandle::abort);
     wait_idle(fleet).await;
-}
-
-/// The response's object with `usage`: the body, or the stream's chunk before `[DONE]`, which vLLM sends
-/// with no choices.
-fn usage_object(body: &str, streamed: bool) -> Value {
-    if !streamed {
-        return serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
-    }
-    let events = sse_data(body);
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{body}");
-    let chunk: Value = serde_json::from_str(&events[events.len().saturating_sub(2)]).expect("usage chunk");
-    assert_eq!(chunk["choices"], json!([]), "vLLM's usage chunk has no choices: {body}");
-    chunk
 }
 
 /// Completions and chat, streamed and not, through the gateway: epp counts the tokens vLLM reports, and
@@ -126,6 +113,9 @@ pub(crate) async fn both_apis_with_usage_as_vllm_counts_it(fleet: &VllmFleet, cl
         assert_eq!(response.status(), 200, "{path} streamed={streamed}");
         let text = read_text(response).await;
         let usage = usage_object(&text, streamed);
+        if streamed {
+            assert_eq!(usage["choices"], json!([]), "vLLM's usage chunk has no choices: {text}");
+        }
         assert_eq!(usage["model"], MODEL, "{text}");
         prompt += usage["usage"]["prompt_tokens"].as_f64().expect("prompt_tokens");
         completion += usage["usage"]["completion_tokens"].as_f64().expect("completion_tokens");
@@ -143,7 +133,9 @@ pub(crate) async fn both_apis_with_usage_as_vllm_counts_it(fleet: &VllmFleet, cl
         counted,
         "epp's token counts differ from vLLM's usage ({prompt} prompt, {completion} completion)"
     );
-    let generated = fleet.replicas_sum("vllm:generation_tokens_total") - generated_before;
+    let generated =
+        settled_value(completion, || fleet.replicas_sum("vllm:generation_tokens_total") - generated_before)
+            .await;
     assert_eq!(generated, completion, "vllm:generation_tokens_total moved by the usage's completion tokens");
 }
 
@@ -170,7 +162,8 @@ pub(crate) async fn a_shared_prefix_hits_vllms_prefix_cache(
         assert_eq!(response.status(), 200, "request {n}");
         read_text(response).await;
     }
-    let hits = fleet.replicas_sum("vllm:prefix_cache_hits_total") - hits_before;
+    let want = (7 * cacheable) as f64;
+    let hits = settled_value(want, || fleet.replicas_sum("vllm:prefix_cache_hits_total") - hits_before).await;
     eprintln!("FIGURE shared prefix: {hits} of {} cacheable prompt tokens hit vLLM's cache", 7 * cacheable);
     assert_eq!(hits, (7 * cacheable) as f64, "every repeat hit the cache ({shared_tokens}-token prefix)");
     shared

@@ -2,8 +2,9 @@
 //! decoder, and the precise prefix index the events feed.
 //!
 //! Input: a first byte choosing the surface, then the bytes. `0`: one batch payload, decoded and applied to
-//! an index. Otherwise: multipart frames separated by `0xFF 0x00`, parsed as a live and as a replayed
-//! message, whose payload is then decoded and applied.
+//! an index. Otherwise: multipart frames, each a 2-byte little-endian length and its bytes (the last one
+//! takes what is left), parsed as a live and as a replayed message, whose payload is then decoded and
+//! applied.
 //!
 //! Invariants beyond "no panic": applying any events and then `AllBlocksCleared` leaves the index empty
 //! (no entry leaks past a clear, whatever the announcements and removals were); a prefix lookup never
@@ -22,13 +23,36 @@ pub fn run(data: &[u8]) {
         index_payload(rest);
         return;
     }
-    let frames: Vec<&[u8]> = rest.split(|&b| b == 0xff).map(|f| f.strip_prefix(&[0]).unwrap_or(f)).collect();
+    let frames = split_frames(rest);
     if let Ok(live) = parse_live(&frames) {
         index_payload(live.payload);
     }
     if let Ok(ReplayMessage::Batch { payload, .. }) = parse_replay(&frames) {
         index_payload(payload);
     }
+}
+
+/// Length-prefixed frames (any byte may occur inside a frame).
+pub fn split_frames(mut rest: &[u8]) -> Vec<&[u8]> {
+    let mut frames = Vec::new();
+    while let [low, high, tail @ ..] = rest {
+        let len = usize::from(u16::from_le_bytes([*low, *high])).min(tail.len());
+        let (frame, after) = tail.split_at(len);
+        frames.push(frame);
+        rest = after;
+    }
+    frames
+}
+
+/// The fuzz input for `frames` (the inverse of [`split_frames`]).
+pub fn join_frames(frames: &[&[u8]]) -> Vec<u8> {
+    let mut out = vec![1];
+    for frame in frames {
+        let len = u16::try_from(frame.len()).unwrap_or(u16::MAX);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&frame[..usize::from(len)]);
+    }
+    out
 }
 
 fn index_payload(payload: &[u8]) {

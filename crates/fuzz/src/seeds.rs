@@ -50,19 +50,9 @@ fn kv_events() -> Vec<Vec<u8>> {
     });
     let mut seeds = Vec::new();
     for (seq, payload) in payloads.enumerate() {
-        let frame = |parts: &[&[u8]]| {
-            let mut out = vec![1];
-            for (i, part) in parts.iter().enumerate() {
-                if i > 0 {
-                    out.extend_from_slice(&[0xff, 0x00]);
-                }
-                out.extend_from_slice(part);
-            }
-            out
-        };
         let seq = (seq as u64).to_be_bytes();
-        seeds.push(frame(&[b"kv@127.0.0.1:8000@smol", &seq, &payload]));
-        seeds.push(frame(&[b"", &seq, &payload]));
+        seeds.push(crate::kv_events::join_frames(&[b"kv@127.0.0.1:8000@smol", &seq, &payload]));
+        seeds.push(crate::kv_events::join_frames(&[b"", &seq, &payload]));
         seeds.push([&[0u8][..], &payload].concat());
     }
     seeds

@@ -61,3 +61,15 @@ fn frames_written_are_the_frames_read() {
     assert_eq!(pairs, vec![(":path", &b"/v1/models"[..]), ("a", &b"b:c"[..])]);
     assert!(h.end_of_stream);
 }
+
+/// The framed KV-event seeds reach the decoder (payloads hold any byte, so frames are length-prefixed):
+/// all parse as live messages (three frames), and those with an empty first frame as replays too.
+#[test]
+fn kv_event_seeds_parse_as_messages() {
+    let seeds = epp_fuzz::seeds::seeds("kv_events");
+    let framed: Vec<Vec<&[u8]>> =
+        seeds.iter().filter(|s| s[0] == 1).map(|s| epp_fuzz::kv_events::split_frames(&s[1..])).collect();
+    let live = framed.iter().filter(|f| epp::kvcache::parse_live(f).is_ok()).count();
+    let replayed = framed.iter().filter(|f| epp::kvcache::parse_replay(f).is_ok()).count();
+    assert_eq!((framed.len(), live, replayed), (8, 8, 4));
+}

@@ -82,6 +82,18 @@ where
     ready().await
 }
 
+/// Reads `value` until it equals `want` or [`PROPAGATION_DEADLINE`] passes; returns the last reading. For
+/// a server's own counters, which it may update a moment after it answers (llama.cpp, vLLM's stat logger).
+pub async fn settled_value(want: f64, mut value: impl FnMut() -> f64) -> f64 {
+    let mut last = value();
+    let start = Instant::now();
+    while last != want && start.elapsed() < PROPAGATION_DEADLINE {
+        tokio::time::sleep(ASYNC_POLL_INTERVAL).await;
+        last = value();
+    }
+    last
+}
+
 /// Waits until epp's `inference_pool_per_pod_queue_size` for each `127.0.0.1:<port>` equals the queue
 /// length given for it, i.e. until epp has scraped loads set with `set_backend_load`. Panics with epp's
 /// metrics if it does not happen within [`PROPAGATION_DEADLINE`]. Needs epp started with

@@ -65,6 +65,22 @@ pub fn sse_data(body: &str) -> Vec<String> {
     body.lines().filter_map(|line| line.strip_prefix("data:")).map(|data| data.trim().to_string()).collect()
 }
 
+/// A response's JSON object that carries `usage`: the whole body, or a stream's last chunk before `[DONE]`
+/// (vLLM sends it with no choices; llama.cpp puts a streamed completion's usage on its finishing chunk).
+/// Panics, naming the body, when there is none.
+pub fn usage_object(body: &str, streamed: bool) -> Value {
+    let object: Value = if streamed {
+        let events = sse_data(body);
+        assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "the stream ends with [DONE]: {body}");
+        let last_chunk = &events[events.len().saturating_sub(2)];
+        serde_json::from_str(last_chunk).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+    } else {
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+    };
+    assert!(object["usage"].is_object(), "no usage: {body}");
+    object
+}
+
 /// Sets the load an epp-test-backend reports in /metrics (partial update), e.g.
 /// `json!({"waiting": 3, "running": 1, "kv": 0.5})`; also `block_size`, `num_gpu_blocks`, `max_lora`,
 /// `running_lora` and `waiting_lora` (lists of adapter names). Returns the backend's settings.

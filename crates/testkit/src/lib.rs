@@ -23,6 +23,7 @@ pub mod http;
 pub mod kube_api;
 pub mod llamacpp;
 pub mod prometheus;
+pub mod route_probe;
 pub mod stack;
 pub mod vllm;
 
@@ -39,6 +40,7 @@ pub use envoy::*;
 #[allow(unused_imports)] // used by the e2e tests through epp
 pub use epp_metrics::*;
 pub use http::*;
+pub use route_probe::{probe_candidate, route_probe, wait_for_probe};
 #[allow(unused_imports)] // used by the e2e tests through epp
 pub use stack::{start_epp_behind_envoy, start_stack, start_stack_with_envoy_vars, EppBehindEnvoy, Stack};
 
@@ -132,6 +134,14 @@ pub fn wait_until(deadline: Duration, mut ready: impl FnMut() -> bool) -> bool {
         std::thread::sleep(POLL_INTERVAL);
     }
     ready()
+}
+
+/// A server's `/metrics` page on 127.0.0.1:`port` (empty if it does not answer 200).
+pub fn metrics_page(port: u16) -> String {
+    match http_get_blocking(port, "/metrics") {
+        Some((200, body)) => body,
+        _ => String::new(),
+    }
 }
 
 /// A minimal blocking HTTP/1.1 GET to 127.0.0.1 for readiness polling (usable before any runtime exists).

@@ -79,10 +79,7 @@ impl Vllm {
 
     /// The replica's own `/metrics` page (empty if it does not answer 200).
     pub fn metrics_text(&self) -> String {
-        match http_get_blocking(self.port, "/metrics") {
-            Some((200, body)) => body,
-            _ => String::new(),
-        }
+        super::metrics_page(self.port)
     }
 
     fn log_tail(&self) -> String {
