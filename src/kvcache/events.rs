@@ -16,7 +16,8 @@
 
 use rmp::Marker;
 
-use super::msgpack::{unexpected, Reader, MAX_DEPTH};
+pub use super::msgpack::DecodeError;
+use super::msgpack::{unexpected, Reader};
 
 /// One KV-cache event.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,21 +57,6 @@ pub struct EventBatch {
     /// Events of a type this decoder does not know (a newer engine's), skipped: the batch's other events
     /// still apply.
     pub unknown_events: usize,
-}
-
-/// Why a payload could not be decoded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DecodeError {
-    #[error("truncated msgpack: the payload ends inside a value")]
-    Truncated,
-    #[error("expected {expected}, found msgpack marker {found:?}")]
-    Unexpected { expected: &'static str, found: String },
-    #[error("unknown event type {0:?}")]
-    UnknownEvent(String),
-    #[error("{0} bytes after the batch")]
-    TrailingBytes(usize),
-    #[error("nesting deeper than {MAX_DEPTH} levels")]
-    TooDeep,
 }
 
 /// Decodes one batch payload (the last frame of a live or replayed message).

@@ -3,10 +3,23 @@
 
 use rmp::Marker;
 
-use super::events::DecodeError;
-
 /// Nesting allowed in skipped values: a hostile payload cannot recurse the decoder off its stack.
 pub(super) const MAX_DEPTH: usize = 32;
+
+/// Why a payload could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("truncated msgpack: the payload ends inside a value")]
+    Truncated,
+    #[error("expected {expected}, found msgpack marker {found:?}")]
+    Unexpected { expected: &'static str, found: String },
+    #[error("unknown event type {0:?}")]
+    UnknownEvent(String),
+    #[error("{0} bytes after the batch")]
+    TrailingBytes(usize),
+    #[error("nesting deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+}
 
 pub(super) fn unexpected(expected: &'static str, found: Marker) -> DecodeError {
     DecodeError::Unexpected { expected, found: format!("{found:?}") }
