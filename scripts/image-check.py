@@ -39,19 +39,7 @@ PODMAN = ["podman", "--runtime", "runc"]  # crun fails on these machines' cgroup
 _, NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)
 ULIMITS = [f"--ulimit=nofile={NOFILE}:{NOFILE}", "--ulimit=nproc=4096:4096"]
 PORT_FLAGS = ("--grpc-port", "--grpc-health-port", "--metrics-port")
-LLAMACPP_CONFIG = """apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: queue-scorer
-- type: metrics-data-source
-- type: core-metrics-extractor
-  parameters:
-    defaultEngine: llamacpp
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-"""
+LLAMACPP_CONFIG = (ROOT / "config" / "llamacpp.yaml").read_text()
 
 
 def free_port():

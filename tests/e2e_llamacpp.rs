@@ -21,36 +21,13 @@ mod traffic;
 /// The name clients ask for; a model rewrite sends it to the name the servers answer to.
 const CLIENT_MODEL: &str = "food-review";
 
-/// The default profile, with llama.cpp as the pool's engine and a model rewrite (an epp extension key).
+/// config/llamacpp.yaml (the default profile with llama.cpp as the pool's engine) and a model rewrite (an
+/// epp extension key).
 fn config() -> String {
-    format!(
-        r#"apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: prefix-cache-scorer
-- type: metrics-data-source
-- type: core-metrics-extractor
-  parameters:
-    defaultEngine: llamacpp
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 2
-  - pluginRef: prefix-cache-scorer
-    weight: 3
-modelRewrites:
-- name: to-smollm2
-  matchModel: {CLIENT_MODEL}
-  targets:
-  - model: {LLAMACPP_MODEL}
-    weight: 1
-"#
-    )
+    let rewrite = format!(
+        "modelRewrites:\n- name: to-smollm2\n  matchModel: {CLIENT_MODEL}\n  targets:\n  - model: {LLAMACPP_MODEL}\n    weight: 1\n"
+    );
+    format!("{}{rewrite}", include_str!("../config/llamacpp.yaml"))
 }
 
 /// Two llama.cpp servers with `slots` each, epp and Envoy in front of them.

@@ -133,19 +133,8 @@ impl Fleet {
 
     /// Waits until every in-flight gauge sums to 0; panics with the page if one never does.
     pub async fn assert_gauges_settle(&self, context: &str) {
-        let settled = wait_until_async(PROPAGATION_DEADLINE, || {
-            let text = self.metrics_text();
-            let ok = !text.is_empty()
-                && IN_FLIGHT_GAUGES.iter().all(|g| metric_sum(&text, g, &[]).unwrap_or(0.0) == 0.0);
-            async move { ok }
-        })
-        .await;
-        let text = self.metrics_text();
-        let left: Vec<String> = IN_FLIGHT_GAUGES
-            .iter()
-            .map(|g| format!("{g}={}", metric_sum(&text, g, &[]).unwrap_or(0.0)))
-            .collect();
-        assert!(settled, "{context}: in-flight gauges never returned to 0: {left:?}");
+        let settled = wait_for_gauges_zero(|| self.metrics_text(), &IN_FLIGHT_GAUGES).await;
+        assert!(settled.is_ok(), "{context}: in-flight gauges never returned to 0: {settled:?}");
     }
 }
 

@@ -46,17 +46,6 @@ async fn a_server_killed_mid_stream_is_excluded_and_nothing_leaks() {
         assert_eq!(response.status(), 200, "after the kill");
     }
 
-    let settled = wait_until_async(PROPAGATION_DEADLINE, || {
-        let text = fleet.epp_metrics();
-        let ok = !text.is_empty()
-            && IN_FLIGHT_GAUGES.iter().all(|g| metric_sum(&text, g, &[]).unwrap_or(0.0) == 0.0);
-        async move { ok }
-    })
-    .await;
-    let text = fleet.epp_metrics();
-    let left: Vec<String> = IN_FLIGHT_GAUGES
-        .iter()
-        .map(|g| format!("{g}={}", metric_sum(&text, g, &[]).unwrap_or(0.0)))
-        .collect();
-    assert!(settled, "in-flight gauges never returned to 0: {left:?}");
+    let settled = wait_for_gauges_zero(|| fleet.epp_metrics(), &IN_FLIGHT_GAUGES).await;
+    assert!(settled.is_ok(), "in-flight gauges never returned to 0: {settled:?}");
 }

@@ -257,11 +257,6 @@ pub(crate) async fn vllms_errors_pass_through(fleet: &VllmFleet, client: &reqwes
     let body = read_json(response).await;
     assert_eq!(body["error"]["param"], "max_tokens", "vLLM's error body: {body}");
     let gauges = ["inference_objective_running_requests", "llm_d_epp_inflight_requests"];
-    let settled = wait_until_async(PROPAGATION_DEADLINE, || {
-        let text = fleet.epp_metrics();
-        let ok = gauges.iter().all(|g| metric_sum(&text, g, &[]).unwrap_or(0.0) == 0.0);
-        async move { ok }
-    })
-    .await;
-    assert!(settled, "in-flight gauges never returned to 0:\n{}", fleet.epp_metrics());
+    let settled = wait_for_gauges_zero(|| fleet.epp_metrics(), &gauges).await;
+    assert!(settled.is_ok(), "in-flight gauges never returned to 0: {settled:?}");
 }

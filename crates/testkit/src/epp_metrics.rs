@@ -82,6 +82,23 @@ where
     ready().await
 }
 
+/// Waits (up to [`PROPAGATION_DEADLINE`]) until each of `gauges` sums to 0 on the page `metrics` returns
+/// (and the page is not empty): nothing left in flight. Otherwise returns each gauge's last sum.
+pub async fn wait_for_gauges_zero(metrics: impl Fn() -> String, gauges: &[&str]) -> Result<(), Vec<String>> {
+    let sums =
+        |text: &str| gauges.iter().map(|g| (*g, metric_sum(text, g, &[]).unwrap_or(0.0))).collect::<Vec<_>>();
+    let settled = wait_until_async(PROPAGATION_DEADLINE, || {
+        let text = metrics();
+        let ok = !text.is_empty() && sums(&text).iter().all(|(_, sum)| *sum == 0.0);
+        async move { ok }
+    })
+    .await;
+    match settled {
+        true => Ok(()),
+        false => Err(sums(&metrics()).into_iter().map(|(g, sum)| format!("{g}={sum}")).collect()),
+    }
+}
+
 /// Reads `value` until it equals `want` or [`PROPAGATION_DEADLINE`] passes; returns the last reading. For
 /// a server's own counters, which it may update a moment after it answers (llama.cpp, vLLM's stat logger).
 pub async fn settled_value(want: f64, mut value: impl FnMut() -> f64) -> f64 {

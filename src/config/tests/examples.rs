@@ -20,6 +20,7 @@ const MUST_LOAD: &[&str] = &[
     "predicted-latency-slo.yaml",
     "predicted-latency-epp.yaml",
     "predicted-latency-design.yaml",
+    "llamacpp.yaml",
 ];
 
 /// Examples using plugins epp may not implement: they load, or fail only with "unknown type".
