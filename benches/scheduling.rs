@@ -61,6 +61,7 @@ impl Req {
             parsed: Some(&self.parsed),
             priority: 0,
             fairness_id: "",
+            token_ids: None,
             input_tokens: (self.body.len() / 4) as u64,
             estimated_tokens: (self.body.len() / 4 * 5 / 2) as u64,
             slo: Default::default(),

@@ -57,6 +57,9 @@ pub struct Endpoint {
     pub metrics_url: String,
     /// Labels of the pod (engine type, capacity hints, ...).
     pub labels: BTreeMap<String, String>,
+    /// The data-parallel rank of this endpoint on its pod (its port's index in the pool's `targetPorts`; 0
+    /// for a single-port pool and for static endpoints): rank r publishes KV events on the base port + r.
+    pub rank: u16,
     /// When this endpoint joined the pool: until its first scrape, its telemetry's age counts from here.
     pub joined_at: Instant,
     telemetry: ArcSwap<EndpointTelemetry>,
@@ -74,6 +77,7 @@ impl Endpoint {
             host_port,
             addr,
             labels: BTreeMap::new(),
+            rank: 0,
             joined_at,
             telemetry: ArcSwap::from_pointee(EndpointTelemetry::default()),
             health: EndpointHealth::new(joined_at),
@@ -82,6 +86,11 @@ impl Endpoint {
 
     pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> Self {
         self.labels = labels;
+        self
+    }
+
+    pub fn with_rank(mut self, rank: u16) -> Self {
+        self.rank = rank;
         self
     }
 
@@ -99,6 +108,7 @@ impl Endpoint {
             && self.namespace == other.namespace
             && self.labels == other.labels
             && self.metrics_url == other.metrics_url
+            && self.rank == other.rank
     }
 
     /// The latest telemetry; lock-free.

@@ -178,8 +178,10 @@ impl Director {
         // subset is empty; the ticket keeps it counted as pending load until `finish` registers it.
         let ticket = self.admit(req, &prepared).await.map_err(fail)?;
         let mut candidates = self.candidates(req).map_err(fail)?;
+        let token_ids = self.token_ids(req, &prepared).await;
         let processing_started = Instant::now();
-        let sreq = prepared.scheduling_request(req, processing_started);
+        let mut sreq = prepared.scheduling_request(req, processing_started);
+        sreq.token_ids = token_ids.as_deref();
         // Only the legacy mode sheds; flow control queued the request instead.
         let shedding = if ticket.is_none() { self.admission.shedding_detector() } else { None };
         // Scheduling is timed up to the pick (pre-request hooks excluded), as upstream times it.
@@ -192,6 +194,13 @@ impl Director {
             Ok(decision) => Ok(self.finish(req, prepared, decision, ticket, processing_started)),
             Err(refusal) => Err(fail(refusal.into_request_error())),
         }
+    }
+
+    /// The request's token ids from the pipeline's `token-producer`, when it has one (precise prefix
+    /// matching reads them); outside the scheduling time, as the wait for admission is.
+    async fn token_ids(&self, req: &IncomingRequest, prepared: &Prepared) -> Option<Vec<u32>> {
+        let producer = self.pipeline.token_producer()?;
+        producer.tokenize(&prepared.scheduling_request(req, Instant::now())).await
     }
 
     /// The async step: with flow control, waits until the request may be scheduled (its ticket), or

@@ -52,6 +52,7 @@ impl Prepared {
             parsed: self.parsed.as_ref(),
             priority: self.labels.priority,
             fairness_id: &self.labels.fairness_id,
+            token_ids: None,
             input_tokens: self.input_tokens,
             estimated_tokens: self.estimated_tokens,
             slo: self.slo,

@@ -117,6 +117,7 @@ fn validate(entry: &Entry, names: &mut BTreeSet<String>) -> Result<DesiredEndpoi
         addr,
         metrics_addr: addr,
         labels: entry.labels.clone(),
+        rank: 0,
     })
 }
 

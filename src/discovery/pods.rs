@@ -81,6 +81,8 @@ pub struct DesiredEndpoint {
     pub metrics_addr: SocketAddr,
     /// The pod's labels (engine type, role, `epp.io/max-concurrency`, …) for plugins and detectors.
     pub labels: BTreeMap<String, String>,
+    /// The port's index in `targetPorts` (a data-parallel rank).
+    pub rank: u16,
 }
 
 /// The endpoints of one pod: none unless it is selected, ready and has an IP.
@@ -101,6 +103,7 @@ pub fn pod_endpoints(pool: &PoolSpec, pod: &PodInfo, metrics_port: Option<u16>) 
             addr: SocketAddr::new(ip, port),
             metrics_addr: SocketAddr::new(ip, metrics_port.unwrap_or(port)),
             labels: pod.labels.clone(),
+            rank: u16::try_from(rank).unwrap_or(u16::MAX),
         })
         .collect()
 }

@@ -72,7 +72,8 @@ impl Publisher {
             .map(|d| {
                 let mut e = Endpoint::new(d.name.clone(), d.addr)
                     .with_labels(d.labels.clone())
-                    .with_metrics_url(self.target.url(d.metrics_addr));
+                    .with_metrics_url(self.target.url(d.metrics_addr))
+                    .with_rank(d.rank);
                 e.namespace = d.namespace.clone();
                 e
             })

@@ -7,15 +7,20 @@
 //! - [`index`]: which endpoint holds which block in which tier, and each endpoint's longest cached prefix.
 //!
 //! - [`subscriber`]: one endpoint's ZMQ subscription, applying its events to the shared index.
+//! - [`pool`]: one subscriber per endpoint of the datastore, following it as endpoints come and go.
+//! - [`render`]: a request's token ids from the engine's `render` endpoints (llm-d's `token-producer`).
 //!
-//! Not built yet: starting subscribers as discovery adds and removes endpoints (and replay), the
-//! `precise-prefix-cache-producer` plugin and the token producer that read the index.
+//! The plugins that read the index are `precise-prefix-cache-producer` and `token-producer`
+//! (`scheduling::plugins`). Not built yet: replay, speculative entries, a memory cap, an in-process
+//! tokenizer.
 
 mod block_keys;
 mod events;
 mod frames;
 mod index;
 mod msgpack;
+mod pool;
+mod render;
 mod subscriber;
 #[cfg(test)]
 mod test_data;
@@ -27,4 +32,11 @@ pub use frames::{
     REPLAY_END_SEQ,
 };
 pub use index::{Applied, EndpointId, KvIndex, PrefixMatch, TierWeights};
+pub use pool::{spawn_pool, KvEventPool, PoolConfig, PoolTask, Subscribers};
+pub use render::{parse_rendered, RenderApi, RenderClient, RenderConfig, RenderError};
 pub use subscriber::{apply_message, run as run_subscriber, SharedIndex, SubscriberStats, Subscription};
+
+/// The index for reading, even if a writer panicked (every mutation leaves it consistent between events).
+pub fn read_index(index: &SharedIndex) -> std::sync::RwLockReadGuard<'_, KvIndex> {
+    subscriber::read(index)
+}

@@ -9,11 +9,12 @@
 //! in the sequence (events lost), and a new connection. A message that does not parse is counted and
 //! skipped. The loop runs until its task is aborted.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use zeromq::{Socket, SocketRecv, SubSocket};
 
 use super::events::decode_batch;
@@ -21,22 +22,25 @@ use super::frames::{parse_live, topic_model};
 use super::index::{EndpointId, KvIndex};
 
 /// The index every subscriber writes and the scheduling side reads.
-pub type SharedIndex = Arc<Mutex<KvIndex>>;
+pub type SharedIndex = Arc<RwLock<KvIndex>>;
 
-/// Counters of one or many subscribers (llm-d's `llm_d_epp_kv_cache_events_*` will be read from these).
+/// Counters of one or many subscribers: prometheus handles, registered under llm-d's
+/// `llm_d_epp_kv_cache_events_*` names by the plugin's metrics (a clone shares the count).
 #[derive(Debug, Default)]
 pub struct SubscriberStats {
-    pub messages: AtomicU64,
-    pub malformed: AtomicU64,
-    pub gaps: AtomicU64,
-    pub resets: AtomicU64,
-    pub blocks_stored: AtomicU64,
-    pub blocks_removed: AtomicU64,
-    pub stores_skipped: AtomicU64,
-    pub removals_skipped: AtomicU64,
-    pub connect_failures: AtomicU64,
+    pub messages: Counter,
+    pub malformed: Counter,
+    pub gaps: Counter,
+    pub resets: Counter,
+    pub blocks_stored: Counter,
+    pub blocks_removed: Counter,
+    pub stores_skipped: Counter,
+    pub removals_skipped: Counter,
+    pub connect_failures: Counter,
     /// Events of a type the decoder does not know, skipped.
-    pub unknown_events: AtomicU64,
+    pub unknown_events: Counter,
+    /// Subscribers running now (set by the pool).
+    pub active_subscribers: Gauge,
 }
 
 /// What one subscriber needs.
@@ -60,7 +64,7 @@ pub async fn run(subscription: Subscription, index: SharedIndex, stats: Arc<Subs
         let connected = socket.connect(&subscription.publisher).await.is_ok()
             && socket.subscribe(&subscription.topic_filter).await.is_ok();
         if !connected {
-            stats.connect_failures.fetch_add(1, Ordering::Relaxed);
+            stats.connect_failures.inc_by(1);
             tokio::time::sleep(RECONNECT_DELAY).await;
             continue;
         }
@@ -83,47 +87,52 @@ pub fn apply_message(
     index: &SharedIndex,
     stats: &SubscriberStats,
 ) {
-    stats.messages.fetch_add(1, Ordering::Relaxed);
+    stats.messages.inc_by(1);
     let parts: Vec<&[u8]> = frames.iter().map(Bytes::as_ref).collect();
     let Ok(message) = parse_live(&parts) else {
-        stats.malformed.fetch_add(1, Ordering::Relaxed);
+        stats.malformed.inc_by(1);
         return;
     };
     let Ok(batch) = decode_batch(message.payload) else {
-        stats.malformed.fetch_add(1, Ordering::Relaxed);
+        stats.malformed.inc_by(1);
         return;
     };
     let model = topic_model(message.topic).unwrap_or(&subscription.default_model);
-    stats.unknown_events.fetch_add(batch.unknown_events as u64, Ordering::Relaxed);
+    stats.unknown_events.inc_by(batch.unknown_events as u64);
     let mut index = lock(index);
     match *last_seq {
         Some(last) if message.seq <= last => {
             // The publisher restarted (its sequence starts again at 0): what it held is gone.
-            stats.resets.fetch_add(1, Ordering::Relaxed);
+            stats.resets.inc_by(1);
             let dropped = index.remove_endpoint(subscription.endpoint);
-            stats.blocks_removed.fetch_add(dropped as u64, Ordering::Relaxed);
+            stats.blocks_removed.inc_by(dropped as u64);
         }
         Some(last) if message.seq > last.saturating_add(1) => {
-            stats.gaps.fetch_add(1, Ordering::Relaxed);
+            stats.gaps.inc_by(1);
             let dropped = index.remove_endpoint(subscription.endpoint);
-            stats.blocks_removed.fetch_add(dropped as u64, Ordering::Relaxed);
+            stats.blocks_removed.inc_by(dropped as u64);
         }
         _ => {}
     }
     *last_seq = Some(message.seq);
     for event in &batch.events {
         let applied = index.apply(subscription.endpoint, model, event);
-        stats.blocks_stored.fetch_add(applied.blocks_stored as u64, Ordering::Relaxed);
-        stats.blocks_removed.fetch_add(applied.blocks_removed as u64, Ordering::Relaxed);
-        stats.stores_skipped.fetch_add(applied.stores_skipped as u64, Ordering::Relaxed);
-        stats.removals_skipped.fetch_add(applied.removals_skipped as u64, Ordering::Relaxed);
+        stats.blocks_stored.inc_by(applied.blocks_stored as u64);
+        stats.blocks_removed.inc_by(applied.blocks_removed as u64);
+        stats.stores_skipped.inc_by(applied.stores_skipped as u64);
+        stats.removals_skipped.inc_by(applied.removals_skipped as u64);
     }
 }
 
 /// The index, even if a thread panicked while holding it: every mutation leaves it consistent between
 /// events, so a poisoned lock must not silently stop every subscriber.
-fn lock(index: &SharedIndex) -> std::sync::MutexGuard<'_, KvIndex> {
-    index.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+pub(crate) fn lock(index: &SharedIndex) -> std::sync::RwLockWriteGuard<'_, KvIndex> {
+    index.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The index for reading (lookups), poisoned or not, as [`lock`].
+pub(crate) fn read(index: &SharedIndex) -> std::sync::RwLockReadGuard<'_, KvIndex> {
+    index.read().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

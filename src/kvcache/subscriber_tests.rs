@@ -6,7 +6,7 @@ use zeromq::{PubSocket, SocketSend, ZmqMessage};
 use crate::kvcache::test_data::real_vllm_payloads as payloads;
 
 fn shared_index() -> SharedIndex {
-    Arc::new(Mutex::new(KvIndex::new(
+    Arc::new(RwLock::new(KvIndex::new(
         BlockKeyHasher::new(HashAlgorithm::Xxh64, 16, ""),
         TierWeights::default(),
     )))
@@ -35,21 +35,21 @@ fn sequence_gaps_resets_and_malformed_messages() {
     let payloads = payloads();
     let mut last = None;
     apply_message(&sub, &message(6, &payloads[0]), &mut last, &index, &stats);
-    let one_prompt = index.lock().unwrap().len();
+    let one_prompt = index.read().unwrap().len();
     assert_eq!(one_prompt, 6 * 8, "six engine blocks of 128 are 48 of epp's 16");
     apply_message(&sub, &message(8, &payloads[1]), &mut last, &index, &stats);
-    assert_eq!(stats.gaps.load(Ordering::Relaxed), 1, "seq 7 was lost");
-    assert_eq!(index.lock().unwrap().len(), 5 * 8, "what came before the gap is dropped: it may be stale");
+    assert_eq!(stats.gaps.get(), 1, "seq 7 was lost");
+    assert_eq!(index.read().unwrap().len(), 5 * 8, "what came before the gap is dropped: it may be stale");
     // The publisher restarted: seq 0 again. Its old blocks are dropped before the new ones apply.
     apply_message(&sub, &message(0, &payloads[0]), &mut last, &index, &stats);
-    assert_eq!(stats.resets.load(Ordering::Relaxed), 1);
-    assert_eq!(index.lock().unwrap().len(), one_prompt);
+    assert_eq!(stats.resets.get(), 1);
+    assert_eq!(index.read().unwrap().len(), one_prompt);
     apply_message(&sub, &[Bytes::from_static(b"kv@x@m")], &mut last, &index, &stats);
     apply_message(&sub, &message(1, b"\x93\xcb"), &mut last, &index, &stats);
-    assert_eq!(stats.malformed.load(Ordering::Relaxed), 2);
-    assert_eq!(stats.messages.load(Ordering::Relaxed), 5);
-    assert_eq!(stats.blocks_stored.load(Ordering::Relaxed), 6 + 5 + 6);
-    assert_eq!(stats.blocks_removed.load(Ordering::Relaxed), 6 + 5, "the gap's and the restart's drops");
+    assert_eq!(stats.malformed.get(), 2);
+    assert_eq!(stats.messages.get(), 5);
+    assert_eq!(stats.blocks_stored.get(), 6 + 5 + 6);
+    assert_eq!(stats.blocks_removed.get(), 6 + 5, "the gap's and the restart's drops");
 }
 
 /// Over real ZMQ sockets on loopback: a PUB bound as vLLM binds it (`tcp://*:port`), the subscriber
@@ -64,14 +64,14 @@ async fn a_subscriber_indexes_what_a_zmq_publisher_sends() {
     let payload = payloads().remove(0);
     let mut seq = 0u64;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while index.lock().unwrap().is_empty() {
+    while index.read().unwrap().is_empty() {
         assert!(tokio::time::Instant::now() < deadline, "nothing indexed: {stats:?}");
         let message = ZmqMessage::try_from(message(seq, &payload)).expect("frames");
         publisher.send(message).await.expect("send");
         seq += 1;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
-    assert_eq!(index.lock().unwrap().len(), 48);
+    assert_eq!(stats.malformed.get(), 0);
+    assert_eq!(index.read().unwrap().len(), 48);
     task.abort();
 }

@@ -10,7 +10,7 @@ use rand::rngs::SmallRng;
 use super::observer::{ExtensionPoint, Observer};
 use super::plugin::{
     Admitter, BuiltPlugin, Completion, DataProducer, DispatchInfo, EndpointListener, PluginId, PreRequest,
-    ProfileHandler, ResponseHook,
+    ProfileHandler, ResponseHook, TokenProducer,
 };
 use super::profile::{NoTrace, Profile, ProfileTrace, Scratch};
 use super::types::{Candidate, SchedulingError, SchedulingRequest, SchedulingResult};
@@ -71,6 +71,11 @@ impl Pipeline {
             plugins,
             profile_names,
         }
+    }
+
+    /// The configured `token-producer`, if any: the director asks it for each request's token ids.
+    pub fn token_producer(&self) -> Option<&Arc<dyn TokenProducer>> {
+        self.plugins.iter().find_map(|p| p.token_producer.as_ref())
     }
 
     /// Looks up a configured plugin by instance name.

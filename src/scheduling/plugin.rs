@@ -157,6 +157,13 @@ pub trait ResponseHook: Send + Sync {
     fn on_complete(&self, _info: &DispatchInfo, _completion: &Completion) {}
 }
 
+/// Fetches a request's token ids before its scheduling cycle: the one asynchronous step a plugin may take
+/// (llm-d's `token-producer`). The cycle's producers read the result as `SchedulingRequest::token_ids`;
+/// `None` (no tokenizer answer) leaves precise prefix matching without tokens for that request.
+pub trait TokenProducer: Send + Sync {
+    fn tokenize<'a>(&'a self, req: &'a SchedulingRequest<'a>) -> futures::future::BoxFuture<'a, Option<Vec<u32>>>;
+}
+
 /// Called when endpoints leave the pool, so plugins drop their per-endpoint state.
 pub trait EndpointListener: Send + Sync {
     fn on_endpoints_removed(&self, removed: &[Arc<Endpoint>]);
@@ -175,6 +182,7 @@ pub struct BuiltPlugin {
     pub pre_request: Option<Arc<dyn PreRequest>>,
     pub response: Option<Arc<dyn ResponseHook>>,
     pub endpoint_listener: Option<Arc<dyn EndpointListener>>,
+    pub token_producer: Option<Arc<dyn TokenProducer>>,
     /// How saturated a set of endpoints is, for admission and flow control (`saturationDetector.pluginRef`).
     pub saturation_detector: Option<Arc<dyn crate::scheduling::SaturationDetector>>,
     /// Data this plugin reads that a producer must supply.
@@ -208,6 +216,7 @@ impl BuiltPlugin {
             pre_request: None,
             response: None,
             endpoint_listener: None,
+            token_producer: None,
             saturation_detector: None,
             consumes: Vec::new(),
         }
@@ -242,6 +251,10 @@ impl BuiltPlugin {
     }
     pub fn response(mut self, p: Arc<dyn ResponseHook>) -> Self {
         self.response = Some(p);
+        self
+    }
+    pub fn token_producer(mut self, p: Arc<dyn TokenProducer>) -> Self {
+        self.token_producer = Some(p);
         self
     }
     pub fn endpoint_listener(mut self, p: Arc<dyn EndpointListener>) -> Self {

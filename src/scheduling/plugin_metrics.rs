@@ -27,6 +27,7 @@ pub struct PluginMetrics {
     pub prefix_indexer: Arc<PrefixIndexerMetrics>,
     pub inflight: Arc<InflightMetrics>,
     pub latency: Arc<LatencyMetrics>,
+    pub kv_cache: Arc<super::kv_cache_metrics::KvCacheMetrics>,
 }
 
 impl PluginMetrics {
@@ -36,6 +37,7 @@ impl PluginMetrics {
             prefix_indexer: PrefixIndexerMetrics::register(registry),
             inflight: InflightMetrics::register(registry),
             latency: LatencyMetrics::register(registry),
+            kv_cache: super::kv_cache_metrics::KvCacheMetrics::register(registry),
         }
     }
 

@@ -23,6 +23,8 @@ pub struct SchedulingRequest<'a> {
     pub parsed: Option<&'a ParsedRequest>,
     pub priority: i32,
     pub fairness_id: &'a str,
+    /// The prompt's token ids as the engine tokenizes it, when a `token-producer` fetched them.
+    pub token_ids: Option<&'a [u32]>,
     /// Estimated prompt tokens.
     pub input_tokens: u64,
     /// Estimated prompt + output tokens.

@@ -234,7 +234,7 @@ impl KvEventsFollower {
             "the index never held the shared prefix ({stored_blocks} blocks): {matches:?}, {:?}",
             self.stats
         );
-        assert_eq!(self.stats.malformed.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(self.stats.malformed.get(), 0);
     }
 }
 

@@ -275,6 +275,7 @@ impl PipelineRouter {
             parsed: Some(req.parsed),
             priority: req.priority,
             fairness_id: epp::wire::DEFAULT_FAIRNESS_ID,
+            token_ids: None,
             input_tokens,
             estimated_tokens,
             slo: req.slo,

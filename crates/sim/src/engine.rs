@@ -20,6 +20,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::kv::{block_hashes, BlockPool};
+use super::kv_events::{KvCacheEvent, KvEventLog};
 pub use super::profile::{AcceleratorProfile, StepShape};
 pub use super::types::{
     tokenize, AddRequestError, EngineConfig, EngineConfigError, EngineStats, FinishReason, RequestEvent,
@@ -35,6 +36,8 @@ struct Seq {
     lora: Option<String>,
     /// Chained hashes of the prompt's full blocks (empty without prefix caching).
     hashes: Vec<u64>,
+    /// The prompt's tokens, kept only when the engine publishes KV events (they carry them).
+    prompt: Vec<u32>,
     output: u32,
     computed: usize,
     blocks: Vec<u32>,
@@ -64,6 +67,8 @@ pub struct Engine {
     stats: EngineStats,
     last_shape: StepShape,
     admitted: Vec<u64>,
+    /// What the prefix cache stored and evicted, when KV events are on.
+    kv_events: Option<KvEventLog>,
 }
 
 impl Engine {
@@ -84,6 +89,7 @@ impl Engine {
             stats: EngineStats::default(),
             last_shape: StepShape::default(),
             admitted: Vec::new(),
+            kv_events: None,
             cfg,
         }
     }
@@ -123,8 +129,10 @@ impl Engine {
         } else {
             Vec::new()
         };
+        let prompt = if self.kv_events.is_some() { req.prompt } else { Vec::new() };
         self.waiting.push_back(Seq {
             id: req.id,
+            prompt,
             prompt_len,
             max_output,
             lora: req.lora,
@@ -192,6 +200,17 @@ impl Engine {
         }
     }
 
+    /// From now on, records the KV events vLLM would publish (requests queued before keep no tokens).
+    pub fn enable_kv_events(&mut self) {
+        self.pool.record_evictions();
+        self.kv_events.get_or_insert_with(KvEventLog::default);
+    }
+
+    /// The KV events since the last call, oldest first (none unless enabled).
+    pub fn take_kv_events(&mut self) -> Vec<KvCacheEvent> {
+        self.kv_events.as_mut().map(|log| std::mem::take(&mut log.events)).unwrap_or_default()
+    }
+
     /// One scheduler iteration. The caller advances its clock by `duration`; the events happen then.
     pub fn step(&mut self) -> StepResult {
         let mut events: Vec<RequestEvent> = self
@@ -204,6 +223,9 @@ impl Engine {
         let preempted = self.schedule_running(&mut budget);
         if !preempted {
             self.schedule_waiting(&mut budget);
+        }
+        if let Some(log) = &mut self.kv_events {
+            log.removed(self.pool.take_evictions());
         }
         let shape = self.shape();
         self.last_shape = shape;
@@ -341,7 +363,10 @@ impl Engine {
             seq.computed += std::mem::take(&mut seq.scheduled_now);
             let full = (seq.computed.min(seq.prompt_len) / block_size).min(seq.hashes.len());
             for b in seq.registered..full {
-                self.pool.register(seq.blocks[b], seq.hashes[b]);
+                let stored = self.pool.register(seq.blocks[b], seq.hashes[b]);
+                if let Some(log) = self.kv_events.as_mut().filter(|_| stored) {
+                    log.stored(&seq.hashes, &seq.prompt, b, block_size, seq.lora.as_deref());
+                }
             }
             seq.registered = seq.registered.max(full);
             if seq.computed < seq.num_tokens() {

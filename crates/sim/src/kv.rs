@@ -32,6 +32,8 @@ pub(crate) struct BlockPool {
     tail: u32,
     num_free: usize,
     cached: HashMap<u64, u32>,
+    /// Hashes evicted since the last [`take_evictions`](Self::take_evictions), when recording (KV events).
+    evictions: Option<Vec<u64>>,
 }
 
 impl BlockPool {
@@ -47,7 +49,16 @@ impl BlockPool {
             })
             .collect();
         let (head, tail) = if n == 0 { (NIL, NIL) } else { (0, n as u32 - 1) };
-        Self { blocks, head, tail, num_free: n, cached: HashMap::new() }
+        Self { blocks, head, tail, num_free: n, cached: HashMap::new(), evictions: None }
+    }
+
+    /// From now on, remembers each evicted hash until taken.
+    pub(crate) fn record_evictions(&mut self) {
+        self.evictions.get_or_insert_with(Vec::new);
+    }
+
+    pub(crate) fn take_evictions(&mut self) -> Vec<u64> {
+        self.evictions.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Blocks with ref count 0 (cached or not): what allocation can use.
@@ -93,6 +104,9 @@ impl BlockPool {
         if let Some(hash) = entry.hash.take() {
             if self.cached.get(&hash) == Some(&block) {
                 self.cached.remove(&hash);
+                if let Some(evicted) = &mut self.evictions {
+                    evicted.push(hash);
+                }
             }
         }
         Some(block)
@@ -110,13 +124,15 @@ impl BlockPool {
         }
     }
 
-    /// Registers a full block under `hash` unless another block already holds that hash.
-    pub(crate) fn register(&mut self, block: u32, hash: u64) {
+    /// Registers a full block under `hash` unless another block already holds that hash; returns whether
+    /// it did (a newly cached block, which vLLM announces).
+    pub(crate) fn register(&mut self, block: u32, hash: u64) -> bool {
         if self.blocks[block as usize].hash.is_some() || self.cached.contains_key(&hash) {
-            return;
+            return false;
         }
         self.blocks[block as usize].hash = Some(hash);
         self.cached.insert(hash, block);
+        true
     }
 
     fn unlink(&mut self, block: u32) {

@@ -11,6 +11,7 @@ pub mod engine;
 pub mod exposition;
 mod histograms;
 mod kv;
+mod kv_events;
 mod openai;
 mod profile;
 mod replica;
@@ -23,6 +24,7 @@ pub use engine::{
 };
 
 pub use exposition::{go_float, CacheInfo, LoraInfo, VllmPage};
+pub use kv_events::{encode_batch, KvCacheEvent};
 pub use server::{serve, FaultOptions, MetricsMode, ServeOptions, SimError};
 
 #[cfg(test)]

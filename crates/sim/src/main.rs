@@ -83,6 +83,10 @@ struct Args {
     /// `prompt_tokens_details` is null).
     #[arg(long)]
     enable_prompt_tokens_details: bool,
+    /// Publish KV-cache events over ZMQ as vLLM's `--kv-events-config` does: replica i binds a PUB
+    /// socket at `--host`:(this + i), topic `kv@<host>:<port>@<model>`.
+    #[arg(long)]
+    kv_events_port: Option<u16>,
 }
 
 fn profile(name: &str) -> Result<AcceleratorProfile, SimError> {
@@ -146,6 +150,7 @@ fn options(args: &Args) -> Result<ServeOptions, SimError> {
         legacy_metric_names: args.legacy_metric_names,
         name_prefix: args.name_prefix.clone(),
         prompt_tokens_details: args.enable_prompt_tokens_details,
+        kv_events_port: args.kv_events_port,
     };
     options.validate()?;
     Ok(options)

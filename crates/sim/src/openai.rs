@@ -234,6 +234,22 @@ fn fit_context(
 }
 
 /// The prompt's tokens: the token ids themselves when given as a flat array, else the JSON text.
+/// vLLM's render endpoints (`/v1/completions/render`, `/v1/chat/completions/render`): the token ids the
+/// engine would compute for the request, exactly as [`generate`] tokenizes it. Chat answers one object,
+/// completions a list (one entry per prompt; the simulator takes the prompt whole).
+pub(crate) fn render(path: &str, body: &[u8]) -> Response {
+    let Some(api_path) = path.strip_suffix("/render") else {
+        return error_response(StatusCode::NOT_FOUND, "NotFoundError", format!("no route for {path}"));
+    };
+    let parsed = match parse_request(api_path, body) {
+        Ok(parsed) => parsed,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, "BadRequestError", e.message),
+    };
+    let rendered = json!({"request_id": "render", "token_ids": prompt_tokens(&parsed, body)});
+    let answer = if api_path == "/v1/completions" { json!([rendered]) } else { rendered };
+    super::server::respond(StatusCode::OK, "application/json", answer.to_string())
+}
+
 fn prompt_tokens(parsed: &ParsedRequest, body: &[u8]) -> Vec<u32> {
     let raw = parsed.prefix_bytes(body);
     if parsed.prompt_token_ids.is_some() {

@@ -18,6 +18,7 @@ use super::engine::{
     AddRequestError, Engine, EngineConfig, EngineStats, FinishReason, RequestEvent, SimRequest,
 };
 use super::exposition::RequestMetrics;
+use super::kv_events::KvPublisher;
 
 /// How late (real time) a step may end before the replica warns that the host cannot keep up.
 const LAG_WARNING: Duration = Duration::from_millis(50);
@@ -54,6 +55,8 @@ pub(crate) struct Replica {
     inner: Mutex<Inner>,
     wake: Notify,
     next_id: AtomicU64,
+    /// Where the engine's KV events go, when published.
+    kv_events: Option<KvPublisher>,
 }
 
 /// A snapshot for `/metrics`.
@@ -65,13 +68,23 @@ pub(crate) struct Snapshot {
 
 impl Replica {
     /// Creates the replica and spawns its driver task on the current runtime.
-    pub(crate) fn start(name: String, config: EngineConfig, time_scale: f64) -> Arc<Self> {
+    pub(crate) fn start(
+        name: String,
+        config: EngineConfig,
+        time_scale: f64,
+        kv_events: Option<KvPublisher>,
+    ) -> Arc<Self> {
+        let mut engine = Engine::new(config);
+        if kv_events.is_some() {
+            engine.enable_kv_events();
+        }
         let replica = Arc::new(Self {
             name,
             time_scale,
             started: Instant::now(),
+            kv_events,
             inner: Mutex::new(Inner {
-                engine: Engine::new(config),
+                engine,
                 live: HashMap::new(),
                 requests: RequestMetrics::default(),
             }),
@@ -159,12 +172,13 @@ impl Replica {
                             request.scheduled.get_or_insert(start);
                         }
                     }
-                    Some(step)
+                    // Published when the step has run, as vLLM publishes after each engine step.
+                    Some((step, engine.take_kv_events()))
                 } else {
                     None
                 }
             };
-            let Some(step) = step else {
+            let Some((step, kv_events)) = step else {
                 busy = false;
                 self.wake.notified().await;
                 continue;
@@ -182,6 +196,9 @@ impl Replica {
                 // Simulated time runs on the wall clock: a host that cannot keep up inflates every latency.
                 tracing::warn!(replica = %self.name, late_ms = late.as_millis(), "epp-sim cannot keep up; lower --time-scale");
                 last_lag_warning = Some(Instant::now());
+            }
+            if let Some(publisher) = &self.kv_events {
+                publisher.publish(super::server::unix_now(), kv_events);
             }
             self.deliver(step.events);
         }

@@ -20,6 +20,7 @@ use serde_json::json;
 
 use super::engine::{AcceleratorProfile, EngineConfig, EngineConfigError};
 use super::exposition::{render, PageInputs};
+use super::kv_events::KvPublisher;
 use super::replica::Replica;
 
 /// Request bodies above this are refused.
@@ -84,6 +85,9 @@ pub struct ServeOptions {
     /// `usage.prompt_tokens_details` carries `cached_tokens` (vLLM's `--enable-prompt-tokens-details`);
     /// off, it is null, as vLLM answers by default.
     pub prompt_tokens_details: bool,
+    /// Publish KV-cache events (vLLM's `--kv-events-config` ZMQ stream): replica `i` binds a PUB socket
+    /// at `host:kv_events_port + i`, topic `kv@<host>:<port>@<model>`.
+    pub kv_events_port: Option<u16>,
 }
 
 impl ServeOptions {
@@ -107,6 +111,7 @@ impl ServeOptions {
             legacy_metric_names: false,
             name_prefix: "sim".into(),
             prompt_tokens_details: false,
+            kv_events_port: None,
         }
     }
 
@@ -168,6 +173,8 @@ pub enum SimError {
     Engine(#[from] EngineConfigError),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: String, source: std::io::Error },
+    #[error("cannot publish KV events on {addr}: {message}")]
+    KvEvents { addr: String, message: String },
 }
 
 /// Shared by every replica's router.
@@ -219,8 +226,9 @@ pub async fn serve(options: ServeOptions) -> Result<Vec<SocketAddr>, SimError> {
         let config = options.engine_config(index).ok_or_else(|| SimError::Invalid("no profile".into()))?;
         let max_model_len = config.kv_capacity_tokens();
         let seed = config.seed ^ 0x5eed_fa17;
+        let publisher = kv_publisher(&options, index, addr, config.block_size).await?;
         let state = Arc::new(ServerState {
-            replica: Replica::start(name, config, options.time_scale),
+            replica: Replica::start(name, config, options.time_scale, publisher),
             options: options.clone(),
             replica_header,
             created_unix: unix_now(),
@@ -240,6 +248,23 @@ pub async fn serve(options: ServeOptions) -> Result<Vec<SocketAddr>, SimError> {
         addrs.push(addr);
     }
     Ok(addrs)
+}
+
+/// Replica `index`'s KV-event publisher, when the options ask for one.
+async fn kv_publisher(
+    options: &ServeOptions,
+    index: usize,
+    addr: SocketAddr,
+    block_size: usize,
+) -> Result<Option<KvPublisher>, SimError> {
+    let Some(base) = options.kv_events_port else { return Ok(None) };
+    let port = u16::try_from(usize::from(base) + index).unwrap_or(u16::MAX);
+    let bind = format!("tcp://{}:{port}", options.host);
+    let topic = format!("kv@{}:{}@{}", options.host, addr.port(), options.model);
+    KvPublisher::bind(&bind, topic, block_size)
+        .await
+        .map(Some)
+        .map_err(|e| SimError::KvEvents { addr: bind, message: e.to_string() })
 }
 
 pub(crate) fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Body>) -> Response {
@@ -272,6 +297,16 @@ async fn handle(State(state): State<Arc<ServerState>>, request: Request) -> Resp
         (&Method::POST, "/v1/completions" | "/v1/chat/completions") => {
             match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
                 Ok(bytes) => super::openai::generate(&state, &path, bytes).await,
+                Err(e) => error_response(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequestError",
+                    format!("cannot read body: {e}"),
+                ),
+            }
+        }
+        (&Method::POST, "/v1/completions/render" | "/v1/chat/completions/render") => {
+            match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+                Ok(bytes) => super::openai::render(&path, &bytes),
                 Err(e) => error_response(
                     StatusCode::BAD_REQUEST,
                     "BadRequestError",

@@ -23,6 +23,7 @@ pub(crate) mod latency_slo_admitter;
 pub(crate) mod lora_affinity_scorer;
 pub(crate) mod max_score_picker;
 pub(crate) mod predicted_latency;
+pub(crate) mod precise_prefix_cache_producer;
 pub(crate) mod prefix_cache_affinity_filter;
 pub(crate) mod prefix_cache_scorer;
 pub(crate) mod prefix_hash;
@@ -33,6 +34,7 @@ pub(crate) mod running_requests_size_scorer;
 pub(crate) mod single_profile_handler;
 pub(crate) mod slo_headroom_tier_filter;
 pub(crate) mod token_load_scorer;
+pub(crate) mod token_producer;
 pub(crate) mod utilization_detector;
 pub(crate) mod weighted_random_picker;
 
@@ -86,6 +88,8 @@ pub fn register_all(registry: &mut Registry) {
     registry.register(lora_affinity_scorer::TYPE_NAME, lora_affinity_scorer::factory);
     registry.register(prefix_cache_scorer::TYPE_NAME, prefix_cache_scorer::factory);
     registry.register(approx_prefix_cache_producer::TYPE_NAME, approx_prefix_cache_producer::factory);
+    registry.register(precise_prefix_cache_producer::TYPE_NAME, precise_prefix_cache_producer::factory);
+    registry.register(token_producer::TYPE_NAME, token_producer::factory);
     registry.register(inflight_load_producer::TYPE_NAME, inflight_load_producer::factory);
     registry.register(token_load_scorer::TYPE_NAME, token_load_scorer::factory);
     registry.register(max_score_picker::TYPE_NAME, max_score_picker::factory);

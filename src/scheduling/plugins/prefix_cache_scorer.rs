@@ -42,6 +42,10 @@ const PRODUCER_PARAMETERS: &[&str] = &[
 struct Params {
     match_length_weight: Option<f64>,
     match_length_scale_tokens: Option<u64>,
+    /// llm-d's pointer to the producer whose match the scorer reads. epp's pipeline has one producer of
+    /// the prefix match (the configured one, else the approximate default), so it names that one.
+    #[allow(dead_code)]
+    prefix_match_info_producer_name: Option<String>,
 }
 
 /// Scores the prefix-cache match ratio, optionally blended with the matched length.

@@ -99,6 +99,7 @@ impl RequestFixture {
             parsed: Some(&self.parsed),
             priority: 0,
             fairness_id: "",
+            token_ids: None,
             input_tokens: self.estimated_tokens / 2,
             estimated_tokens: self.estimated_tokens,
             slo: Default::default(),

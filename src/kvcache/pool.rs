@@ -1,0 +1,178 @@
+//! The subscribers of a pool: one per endpoint of the datastore, started as endpoints join and stopped
+//! (their entries dropped from the index) as they leave, as llm-d's `discoverPods` mode runs them
+//! (llm-d/llm-d-router:pkg/kvevents/pool.go). Each dials `tcp://<endpoint ip>:<socketPort + rank>`: a
+//! data-parallel rank publishes on the base port plus its rank (vLLM's `offset_endpoint_port`).
+//!
+//! The supervisor reconciles against the whole endpoint list on each datastore change, as the scrape
+//! supervisor does (`telemetry::supervisor`): the watch channel coalesces bursts, so only the latest list
+//! is reliable. Endpoints are keyed by their serving address; a changed publisher address (a new rank)
+//! restarts the subscriber. The index numbers endpoints itself ([`EndpointId`]); ids are never reused, so
+//! an entry of a departed endpoint can never be credited to a new one.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
+
+use tokio::task::JoinHandle;
+
+use super::index::EndpointId;
+use super::subscriber::{self, SharedIndex, SubscriberStats, Subscription};
+use crate::datastore::{Datastore, Endpoint};
+
+/// `kvEventsConfig` as far as the pool uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// `podDiscoveryConfig.socketPort`: the publisher port of rank 0 (vLLM's default is 5557).
+    pub socket_port: u16,
+    /// `topicFilter`: messages whose topic starts with this.
+    pub topic_filter: String,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self { socket_port: 5557, topic_filter: "kv@".into() }
+    }
+}
+
+/// The pool's shared state: the index, its endpoint numbering and the subscribers' counters.
+#[derive(Debug)]
+pub struct KvEventPool {
+    config: PoolConfig,
+    index: SharedIndex,
+    stats: Arc<SubscriberStats>,
+    ids: RwLock<HashMap<SocketAddr, EndpointId>>,
+    next_id: AtomicU32,
+}
+
+impl KvEventPool {
+    /// A pool writing `index` and counting into `stats` (the plugin's registered counters).
+    pub fn new(config: PoolConfig, index: SharedIndex, stats: Arc<SubscriberStats>) -> Self {
+        Self { config, index, stats, ids: RwLock::new(HashMap::new()), next_id: AtomicU32::new(0) }
+    }
+
+    pub fn index(&self) -> &SharedIndex {
+        &self.index
+    }
+
+    pub fn stats(&self) -> &Arc<SubscriberStats> {
+        &self.stats
+    }
+
+    /// Subscribers running now.
+    pub fn active_subscribers(&self) -> i64 {
+        self.stats.active_subscribers.get()
+    }
+
+    /// The index's number for the endpoint serving at `addr`, while it has a subscriber.
+    pub fn endpoint_id(&self, addr: SocketAddr) -> Option<EndpointId> {
+        self.ids.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(&addr).copied()
+    }
+
+    /// Where the endpoint's events are published: its IP, the base port plus its rank.
+    pub fn publisher_of(&self, endpoint: &Endpoint) -> String {
+        let port = self.config.socket_port.saturating_add(endpoint.rank);
+        crate::datastore::format_host_port(SocketAddr::new(endpoint.addr.ip(), port))
+    }
+
+    fn ids_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<SocketAddr, EndpointId>> {
+        self.ids.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Aborts the supervisor (and with it every subscriber) when dropped: the plugin holding it went away.
+#[derive(Debug)]
+pub struct PoolTask(JoinHandle<()>);
+
+impl Drop for PoolTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts the supervisor on the current tokio runtime; it runs until the returned task is dropped.
+pub fn spawn_pool(pool: Arc<KvEventPool>, datastore: Arc<Datastore>) -> PoolTask {
+    PoolTask(tokio::spawn(async move {
+        let mut versions = datastore.subscribe();
+        let mut subscribers = Subscribers::new(pool);
+        loop {
+            subscribers.reconcile(&datastore.endpoints());
+            if versions.changed().await.is_err() {
+                break;
+            }
+        }
+    }))
+}
+
+/// The running subscribers, keyed by the endpoint's serving address.
+#[derive(Debug)]
+pub struct Subscribers {
+    pool: Arc<KvEventPool>,
+    running: HashMap<SocketAddr, Running>,
+}
+
+#[derive(Debug)]
+struct Running {
+    publisher: String,
+    id: EndpointId,
+    task: JoinHandle<()>,
+}
+
+impl Subscribers {
+    pub fn new(pool: Arc<KvEventPool>) -> Self {
+        Self { pool, running: HashMap::new() }
+    }
+
+    /// Starts a subscriber for each endpoint without one, stops those of endpoints no longer listed (or
+    /// whose publisher moved) and drops what the index holds for them.
+    pub fn reconcile(&mut self, endpoints: &[Arc<Endpoint>]) {
+        let wanted: HashMap<SocketAddr, String> =
+            endpoints.iter().map(|e| (e.addr, self.pool.publisher_of(e))).collect();
+        let pool = self.pool.clone();
+        self.running.retain(|addr, running| {
+            let keep = wanted.get(addr) == Some(&running.publisher);
+            if !keep {
+                stop(&pool, *addr, running);
+            }
+            keep
+        });
+        for (addr, publisher) in wanted {
+            if self.running.contains_key(&addr) {
+                continue;
+            }
+            let id = self.pool.next_id.fetch_add(1, Ordering::Relaxed);
+            self.pool.ids_mut().insert(addr, id);
+            let subscription = Subscription {
+                endpoint: id,
+                publisher: format!("tcp://{publisher}"),
+                topic_filter: self.pool.config.topic_filter.clone(),
+                default_model: String::new(),
+            };
+            tracing::debug!(endpoint = %addr, publisher = %subscription.publisher, "KV-event subscriber started");
+            let task =
+                tokio::spawn(subscriber::run(subscription, self.pool.index.clone(), self.pool.stats.clone()));
+            self.running.insert(addr, Running { publisher, id, task });
+        }
+        self.pool.stats.active_subscribers.set(i64::try_from(self.running.len()).unwrap_or(i64::MAX));
+    }
+}
+
+fn stop(pool: &KvEventPool, addr: SocketAddr, running: &Running) {
+    running.task.abort();
+    pool.ids_mut().remove(&addr);
+    let dropped = subscriber::lock(&pool.index).remove_endpoint(running.id);
+    pool.stats.blocks_removed.inc_by(dropped as u64);
+    tracing::debug!(endpoint = %addr, dropped, "KV-event subscriber stopped");
+}
+
+impl Drop for Subscribers {
+    fn drop(&mut self) {
+        for running in self.running.values() {
+            running.task.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod tests;

@@ -1,0 +1,303 @@
+//! `precise-prefix-cache-producer`
+//! (llm-d/llm-d-router:pkg/epp/framework/plugins/requestcontrol/dataproducer/preciseprefixcache): each
+//! candidate's cached prefix of the request, from what the engines themselves report holding (their
+//! KV-cache events, [`crate::kvcache`]) instead of what epp sent where.
+//!
+//! `prepare` keys the request's token ids (from a `token-producer`) into epp's chain of block keys and
+//! reads each candidate's longest contiguous run from block 0 in the index, written as `attrs.prefix` for
+//! `prefix-cache-scorer` and `prefix-cache-affinity-filter`. A request without token ids matches nothing.
+//! The subscribers follow the datastore's endpoints ([`crate::kvcache::spawn_pool`]), started when the
+//! plugin is built inside a tokio runtime and stopped when it is dropped.
+//!
+//! llm-d's parameters load unchanged. What epp does not do yet is refused or said: `redisConfig` and
+//! `costAwareMemoryConfig` (epp's index lives in memory, every replica subscribing to every pod) and the
+//! centralised `zmqEndpoint` are errors; `replaySocketPort` and `speculativeIndexing` are accepted with a
+//! warning (without replay, an endpoint's entries are dropped whenever events may have been missed).
+
+use std::cell::RefCell;
+use std::sync::{Arc, RwLock};
+
+use serde::Deserialize;
+
+use super::prefix_hash::CHARS_PER_TOKEN;
+use crate::kvcache::{
+    read_index, spawn_pool, BlockKeyHasher, HashAlgorithm, KvEventPool, KvIndex, PoolConfig, PoolTask,
+    PrefixMatch as HeldPrefix, TierWeights,
+};
+use crate::scheduling::{
+    parse_params, BuiltPlugin, Candidate, DataKey, DataProducer, FactoryContext, KvCacheMetrics, PluginError,
+    PrefixMatch, SchedulingRequest,
+};
+
+pub(crate) const TYPE_NAME: &str = "precise-prefix-cache-producer";
+
+thread_local! {
+    static KEYS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    static HELD: RefCell<Vec<HeldPrefix>> = const { RefCell::new(Vec::new()) };
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Params {
+    token_processor_config: Option<TokenProcessorParams>,
+    indexer_config: Option<IndexerParams>,
+    kv_events_config: Option<KvEventsParams>,
+    speculative_indexing: Option<bool>,
+    #[serde(rename = "speculativeTTL")]
+    speculative_ttl: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TokenProcessorParams {
+    block_size_tokens: Option<usize>,
+    /// The older name of `blockSizeTokens` (llm-d's guides still write it).
+    block_size: Option<usize>,
+    hash_seed: Option<String>,
+    hash_algorithm: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct IndexerParams {
+    kv_block_index_config: Option<KvBlockIndexParams>,
+    kv_cache_backend_configs: Option<Vec<BackendParams>>,
+    /// llm-d's deprecated in-indexer tokenizer pool; tokens come from `token-producer` here.
+    tokenizers_pool_config: Option<serde_json::Value>,
+    /// Where some of llm-d's guides put the flag.
+    speculative_indexing: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct KvBlockIndexParams {
+    in_memory_config: Option<serde_json::Value>,
+    cost_aware_memory_config: Option<serde_json::Value>,
+    redis_config: Option<serde_json::Value>,
+    enable_metrics: Option<bool>,
+    metrics_logging_interval: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackendParams {
+    name: String,
+    weight: f64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct KvEventsParams {
+    topic_filter: Option<String>,
+    concurrency: Option<usize>,
+    engine_type: Option<String>,
+    discover_pods: Option<bool>,
+    pod_discovery_config: Option<PodDiscoveryParams>,
+    zmq_endpoint: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PodDiscoveryParams {
+    socket_port: Option<u16>,
+    replay_socket_port: Option<u16>,
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PreciseConfig {
+    pub block_size_tokens: usize,
+    pub hash_seed: String,
+    pub hash_algorithm: HashAlgorithm,
+    pub tiers: TierWeights,
+    pub pool: PoolConfig,
+}
+
+/// The producer: the pool (index, subscribers' state) and the task that runs the subscribers.
+#[derive(Debug)]
+pub(crate) struct PrecisePrefixCacheProducer {
+    pool: Arc<KvEventPool>,
+    block_chars: usize,
+    metrics: Arc<KvCacheMetrics>,
+    _subscribers: Option<PoolTask>,
+}
+
+impl PrecisePrefixCacheProducer {
+    /// A producer over `pool`, with no subscribers of its own (tests, the lab).
+    pub(crate) fn new(pool: Arc<KvEventPool>, block_size_tokens: usize, metrics: Arc<KvCacheMetrics>) -> Self {
+        Self { pool, block_chars: block_size_tokens * CHARS_PER_TOKEN, metrics, _subscribers: None }
+    }
+
+    /// Counts one lookup, unless it is a route probe's.
+    fn record_lookup(&self, req: &SchedulingRequest<'_>, held: &[HeldPrefix], blocks: usize) {
+        if req.dry_run {
+            return;
+        }
+        self.metrics.lookup_requests.inc();
+        if !held.is_empty() {
+            self.metrics.lookup_hits.inc();
+        }
+        self.metrics.index_blocks.set(i64::try_from(blocks).unwrap_or(i64::MAX));
+    }
+}
+
+impl DataProducer for PrecisePrefixCacheProducer {
+    fn produces(&self) -> &'static [DataKey] {
+        &[DataKey::PrefixCacheMatch]
+    }
+
+    fn prepare(&self, req: &SchedulingRequest<'_>, candidates: &mut [Candidate]) {
+        let block_chars = self.block_chars;
+        let Some(tokens) = req.token_ids else {
+            let none = PrefixMatch { match_blocks: 0, total_blocks: 0, block_chars };
+            candidates.iter_mut().for_each(|c| c.attrs.prefix = Some(none));
+            return;
+        };
+        KEYS.with_borrow_mut(|keys| {
+            HELD.with_borrow_mut(|held| {
+                keys.clear();
+                let blocks = {
+                    let index = read_index(self.pool.index());
+                    let hasher = index.hasher();
+                    hasher.extend_keys(hasher.root(req.target_model), tokens, keys);
+                    index.longest_prefix(keys, held);
+                    index.len()
+                };
+                self.record_lookup(req, held, blocks);
+                let unmatched = PrefixMatch { match_blocks: 0, total_blocks: keys.len(), block_chars };
+                for c in candidates.iter_mut() {
+                    let matched = self
+                        .pool
+                        .endpoint_id(c.endpoint.addr)
+                        .and_then(|id| held.binary_search_by_key(&id, |m| m.endpoint).ok())
+                        .map_or(0, |i| weighted_blocks(&held[i]));
+                    c.attrs.prefix = Some(PrefixMatch { match_blocks: matched, ..unmatched });
+                }
+            });
+        });
+    }
+}
+
+/// The matched blocks at their tiers' weights (a CPU-tier block counts 0.8 by default), rounded: what
+/// llm-d's `LongestPrefixScorer` credits.
+fn weighted_blocks(held: &HeldPrefix) -> usize {
+    (held.weighted.round().max(0.0) as usize).min(held.blocks)
+}
+
+fn invalid(name: &str, message: impl Into<String>) -> PluginError {
+    PluginError::new(name, TYPE_NAME, message.into())
+}
+
+/// Decodes and validates the parameters.
+pub(crate) fn parse_config(name: &str, params: Option<&serde_json::Value>) -> Result<PreciseConfig, PluginError> {
+    let p: Params = parse_params(name, TYPE_NAME, params)?;
+    let tokens = p.token_processor_config.unwrap_or_default();
+    let block_size_tokens = match tokens.block_size_tokens.or(tokens.block_size) {
+        None => 16,
+        Some(0) => return Err(invalid(name, "parameter `tokenProcessorConfig.blockSizeTokens` must be > 0")),
+        Some(size) => size,
+    };
+    let hash_algorithm = match tokens.hash_algorithm.as_deref() {
+        None | Some("cbor-fnv" | "fnv") => HashAlgorithm::CborFnv,
+        Some("xxh64" | "xxhash") => HashAlgorithm::Xxh64,
+        Some(other) => {
+            return Err(invalid(
+                name,
+                format!("parameter `tokenProcessorConfig.hashAlgorithm` {other:?}: expected cbor-fnv or xxh64"),
+            ))
+        }
+    };
+    let indexer = p.indexer_config.unwrap_or_default();
+    let tiers = tier_weights(name, indexer.kv_cache_backend_configs)?;
+    check_index_backend(name, indexer.kv_block_index_config.unwrap_or_default())?;
+    if indexer.tokenizers_pool_config.is_some() {
+        tracing::warn!(plugin = name, "indexerConfig.tokenizersPoolConfig is ignored: token ids come from token-producer");
+    }
+    let speculative = p.speculative_indexing.or(indexer.speculative_indexing).unwrap_or(false);
+    if speculative || p.speculative_ttl.is_some() {
+        tracing::warn!(plugin = name, "speculativeIndexing is not implemented yet: only the engines' events index");
+    }
+    let pool = pool_config(name, p.kv_events_config.unwrap_or_default())?;
+    Ok(PreciseConfig {
+        block_size_tokens,
+        hash_seed: tokens.hash_seed.unwrap_or_default(),
+        hash_algorithm,
+        tiers,
+        pool,
+    })
+}
+
+fn tier_weights(name: &str, backends: Option<Vec<BackendParams>>) -> Result<TierWeights, PluginError> {
+    let Some(backends) = backends else { return Ok(TierWeights::default()) };
+    let mut tiers = Vec::with_capacity(backends.len());
+    for b in backends {
+        if !(b.weight.is_finite() && b.weight >= 0.0) {
+            return Err(invalid(name, format!("kvCacheBackendConfigs `{}`: weight must be >= 0", b.name)));
+        }
+        tiers.push((b.name.to_ascii_lowercase(), b.weight));
+    }
+    Ok(TierWeights(tiers))
+}
+
+fn check_index_backend(name: &str, index: KvBlockIndexParams) -> Result<(), PluginError> {
+    if index.redis_config.is_some() || index.cost_aware_memory_config.is_some() {
+        return Err(invalid(
+            name,
+            "indexerConfig.kvBlockIndexConfig: only inMemoryConfig is supported (every epp replica subscribes \
+             to every pod and keeps its own index)",
+        ));
+    }
+    let _ = (index.in_memory_config, index.enable_metrics, index.metrics_logging_interval);
+    Ok(())
+}
+
+fn pool_config(name: &str, events: KvEventsParams) -> Result<PoolConfig, PluginError> {
+    if events.zmq_endpoint.is_some() {
+        return Err(invalid(
+            name,
+            "kvEventsConfig.zmqEndpoint (a centralised socket) is not supported: use discoverPods, which dials \
+             every pod",
+        ));
+    }
+    if events.discover_pods == Some(false) {
+        return Err(invalid(name, "kvEventsConfig.discoverPods: false leaves nothing to subscribe to"));
+    }
+    if let Some(engine) = events.engine_type.as_deref().filter(|e| !matches!(*e, "vllm" | "sglang")) {
+        return Err(invalid(name, format!("kvEventsConfig.engineType {engine:?}: expected vllm or sglang")));
+    }
+    if events.concurrency == Some(0) {
+        return Err(invalid(name, "kvEventsConfig.concurrency must be > 0"));
+    }
+    let defaults = PoolConfig::default();
+    let discovery = events.pod_discovery_config.unwrap_or_default();
+    if discovery.replay_socket_port.is_some_and(|p| p > 0) {
+        tracing::warn!(plugin = name, "replay is not implemented yet: entries are dropped when events may be lost");
+    }
+    let socket_port = match discovery.socket_port {
+        Some(0) => return Err(invalid(name, "kvEventsConfig.podDiscoveryConfig.socketPort must be > 0")),
+        port => port.unwrap_or(defaults.socket_port),
+    };
+    Ok(PoolConfig { socket_port, topic_filter: events.topic_filter.unwrap_or(defaults.topic_filter) })
+}
+
+pub(crate) fn factory(
+    name: &str,
+    params: Option<&serde_json::Value>,
+    ctx: &FactoryContext,
+) -> Result<BuiltPlugin, PluginError> {
+    let config = parse_config(name, params)?;
+    let hasher = BlockKeyHasher::new(config.hash_algorithm, config.block_size_tokens, &config.hash_seed);
+    let index = Arc::new(RwLock::new(KvIndex::new(hasher, config.tiers.clone())));
+    let metrics = ctx.metrics.kv_cache.clone();
+    let pool = Arc::new(KvEventPool::new(config.pool.clone(), index, metrics.events.clone()));
+    let mut producer = PrecisePrefixCacheProducer::new(pool.clone(), config.block_size_tokens, metrics);
+    // Config checks and the lab build pipelines outside a runtime: nothing to subscribe for there.
+    if tokio::runtime::Handle::try_current().is_ok() {
+        producer._subscribers = Some(spawn_pool(pool, ctx.datastore.clone()));
+    }
+    Ok(BuiltPlugin::new(TYPE_NAME, name).producer(Arc::new(producer)))
+}
+
+#[cfg(test)]
+#[path = "precise_prefix_cache_producer_tests.rs"]
+mod tests;

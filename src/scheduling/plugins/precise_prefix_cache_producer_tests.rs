@@ -1,0 +1,108 @@
+use serde_json::json;
+
+use super::*;
+use crate::kvcache::{BlockStored, KvEvent, Subscribers};
+use crate::scheduling::plugins::testing::{assert_rejects, build, endpoint, RequestFixture};
+
+/// llm-d's reference producer entry (llm-d/llm-d:guides/pd-disaggregation/router/pd-multi-tier.values.yaml,
+/// with the replay port of its precise-routing lab).
+fn llm_d_reference() -> serde_json::Value {
+    json!({
+        "indexerConfig": {
+            "kvBlockIndexConfig": {"inMemoryConfig": {"podCacheSize": 20}, "enableMetrics": true},
+            "kvCacheBackendConfigs": [{"name": "gpu", "weight": 1.0}, {"name": "cpu", "weight": 0.4}]
+        },
+        "tokenProcessorConfig": {"blockSizeTokens": 64, "hashSeed": "42", "hashAlgorithm": "xxh64"},
+        "speculativeIndexing": false,
+        "kvEventsConfig": {
+            "topicFilter": "kv@", "concurrency": 8, "engineType": "vllm", "discoverPods": true,
+            "podDiscoveryConfig": {"socketPort": 5556, "replaySocketPort": 5559}
+        }
+    })
+}
+
+#[test]
+fn llm_d_reference_config_loads_with_its_values() {
+    let config = parse_config("p", Some(&llm_d_reference())).expect("llm-d's config");
+    assert_eq!(config.block_size_tokens, 64);
+    assert_eq!(config.hash_seed, "42");
+    assert_eq!(config.hash_algorithm, HashAlgorithm::Xxh64);
+    assert_eq!(config.tiers, TierWeights(vec![("gpu".into(), 1.0), ("cpu".into(), 0.4)]));
+    assert_eq!(config.pool, PoolConfig { socket_port: 5556, topic_filter: "kv@".into() });
+    let defaults = parse_config("p", None).expect("defaults");
+    assert_eq!(defaults.block_size_tokens, 16);
+    assert_eq!(defaults.hash_algorithm, HashAlgorithm::CborFnv);
+    assert_eq!(defaults.pool, PoolConfig::default());
+    assert_eq!(defaults.tiers, TierWeights::default());
+    let older = json!({"tokenProcessorConfig": {"blockSize": 64}});
+    assert_eq!(parse_config("p", Some(&older)).expect("blockSize").block_size_tokens, 64);
+}
+
+#[test]
+fn what_epp_does_not_do_is_refused_by_name() {
+    assert_rejects(factory, json!({"kvEventsConfig": {"zmqEndpoint": "tcp://*:5557"}}), "zmqEndpoint");
+    assert_rejects(factory, json!({"kvEventsConfig": {"discoverPods": false}}), "discoverPods");
+    assert_rejects(factory, json!({"kvEventsConfig": {"engineType": "trtllm"}}), "engineType");
+    assert_rejects(factory, json!({"kvEventsConfig": {"concurrency": 0}}), "concurrency");
+    assert_rejects(factory, json!({"kvEventsConfig": {"podDiscoveryConfig": {"socketPort": 0}}}), "socketPort");
+    let redis = json!({"indexerConfig": {"kvBlockIndexConfig": {"redisConfig": {"address": "r:6379"}}}});
+    assert_rejects(factory, redis, "kvBlockIndexConfig");
+    assert_rejects(factory, json!({"tokenProcessorConfig": {"blockSizeTokens": 0}}), "blockSizeTokens");
+    assert_rejects(factory, json!({"tokenProcessorConfig": {"hashAlgorithm": "md5"}}), "hashAlgorithm");
+    let negative = json!({"indexerConfig": {"kvCacheBackendConfigs": [{"name": "gpu", "weight": -1}]}});
+    assert_rejects(factory, negative, "kvCacheBackendConfigs");
+    assert_rejects(factory, json!({"kvEventsConfg": {}}), "kvEventsConfg");
+    assert!(build(factory, llm_d_reference()).is_ok());
+}
+
+/// Engine blocks of 4 tokens stored on endpoint 1 (GPU) and on endpoint 2 (the first two only, then
+/// offloaded to CPU), keyed by epp in blocks of 2.
+fn stored(tokens: &[u32], medium: Option<&str>) -> KvEvent {
+    KvEvent::BlockStored(BlockStored {
+        block_hashes: (0..tokens.len() as u64 / 4).map(|i| 100 + i).collect(),
+        parent_block_hash: None,
+        token_ids: tokens.to_vec(),
+        block_size: 4,
+        medium: medium.map(str::to_string),
+        lora_name: None,
+        lora_id: None,
+    })
+}
+
+#[tokio::test]
+async fn candidates_get_their_longest_held_run_at_tier_weights() {
+    let config = parse_config("p", Some(&json!({"tokenProcessorConfig": {"blockSizeTokens": 2}}))).expect("config");
+    let hasher = BlockKeyHasher::new(config.hash_algorithm, 2, "");
+    let index = Arc::new(RwLock::new(KvIndex::new(hasher, TierWeights(vec![("gpu".into(), 1.0), ("cpu".into(), 0.5)]))));
+    let metrics = Arc::new(KvCacheMetrics::default());
+    let pool = Arc::new(KvEventPool::new(PoolConfig::default(), index.clone(), metrics.events.clone()));
+    let (one, two, three) = (endpoint(1), endpoint(2), endpoint(3));
+    let mut subscribers = Subscribers::new(pool.clone());
+    subscribers.reconcile(&[one.clone(), two.clone(), three.clone()]);
+    let prompt: Vec<u32> = (0..12).collect();
+    {
+        let mut index = index.write().expect("index");
+        let id = |e: &Arc<crate::datastore::Endpoint>| pool.endpoint_id(e.addr).expect("id");
+        index.apply(id(&one), "m", &stored(&prompt, None));
+        index.apply(id(&two), "m", &stored(&prompt[..8], Some("CPU")));
+        index.apply(id(&three), "other-model", &stored(&prompt, None));
+    }
+    let producer = PrecisePrefixCacheProducer::new(pool, 2, metrics.clone());
+    let fixture = RequestFixture::with_prompt("m", "\"ignored: the token ids are what is matched\"");
+    let mut candidates: Vec<Candidate> = [one, two, three].into_iter().map(Candidate::new).collect();
+    let mut req = fixture.request();
+    producer.prepare(&req, &mut candidates);
+    assert!(candidates.iter().all(|c| c.attrs.prefix == Some(PrefixMatch { match_blocks: 0, total_blocks: 0, block_chars: 8 })));
+    let mut asked: Vec<u32> = prompt.clone();
+    asked.push(99);
+    req.token_ids = Some(&asked);
+    producer.prepare(&req, &mut candidates);
+    let matched: Vec<_> = candidates.iter().map(|c| c.attrs.prefix.map(|p| (p.match_blocks, p.total_blocks))).collect();
+    assert_eq!(
+        matched,
+        [Some((6, 6)), Some((2, 6)), Some((0, 6))],
+        "all 6 blocks on GPU; 4 CPU blocks at weight 0.5; another model's blocks never match"
+    );
+    assert_eq!((metrics.lookup_requests.get(), metrics.lookup_hits.get()), (1, 1), "a request without tokens looks nothing up");
+    assert_eq!(metrics.events.active_subscribers.get(), 3);
+}
