@@ -93,7 +93,9 @@ impl RenderClient {
     /// The token ids of `body`, a request of `api`.
     pub async fn tokens(&self, api: RenderApi, body: bytes::Bytes) -> Result<Vec<u32>, RenderError> {
         let timeout = self.config.timeout;
-        tokio::time::timeout(timeout, self.call(api, body)).await.map_err(|_| RenderError::Timeout(timeout))?
+        tokio::time::timeout(timeout, self.call(api, body))
+            .await
+            .map_err(|_| RenderError::Timeout(timeout))?
     }
 
     async fn call(&self, api: RenderApi, body: bytes::Bytes) -> Result<Vec<u32>, RenderError> {

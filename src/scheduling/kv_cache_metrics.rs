@@ -31,17 +31,33 @@ impl KvCacheMetrics {
         let counters: [(&str, &str, &Counter); 14] = [
             ("llm_d_epp_kv_cache_events_messages_received", "KV-event messages received", &e.messages),
             ("llm_d_epp_kv_cache_events_stores_skipped", "BlockStored events not indexed", &e.stores_skipped),
-            ("llm_d_epp_kv_cache_events_removals_skipped", "Removals of blocks not held", &e.removals_skipped),
-            ("llm_d_epp_kv_cache_events_zmq_errors", "Failed connections to a publisher", &e.connect_failures),
+            (
+                "llm_d_epp_kv_cache_events_removals_skipped",
+                "Removals of blocks not held",
+                &e.removals_skipped,
+            ),
+            (
+                "llm_d_epp_kv_cache_events_zmq_errors",
+                "Failed connections to a publisher",
+                &e.connect_failures,
+            ),
             ("llm_d_epp_kv_cache_index_admissions", "Engine blocks indexed", &e.blocks_stored),
             ("llm_d_epp_kv_cache_index_evictions", "Engine blocks dropped from the index", &e.blocks_removed),
             ("llm_d_epp_kv_cache_index_lookup_requests", "Index lookups", &m.lookup_requests),
-            ("llm_d_epp_kv_cache_index_lookup_hits", "Lookups where some endpoint held block 0", &m.lookup_hits),
+            (
+                "llm_d_epp_kv_cache_index_lookup_hits",
+                "Lookups where some endpoint held block 0",
+                &m.lookup_hits,
+            ),
             ("epp_kv_cache_events_malformed", "KV-event messages that did not parse", &e.malformed),
             ("epp_kv_cache_events_sequence_gaps", "Jumps in a publisher's sequence (events lost)", &e.gaps),
             ("epp_kv_cache_events_publisher_resets", "Publishers whose sequence restarted", &e.resets),
             ("epp_kv_cache_events_unknown", "Events of a type epp does not know, skipped", &e.unknown_events),
-            ("epp_token_producer_requests", "Requests token-producer was asked to tokenize", &m.token_requests),
+            (
+                "epp_token_producer_requests",
+                "Requests token-producer was asked to tokenize",
+                &m.token_requests,
+            ),
             ("epp_token_producer_failures", "Requests left without token ids", &m.token_failures),
         ];
         for (name, help, counter) in counters {
@@ -52,7 +68,11 @@ impl KvCacheMetrics {
             "KV-event subscribers running",
             e.active_subscribers.clone(),
         );
-        r.register("epp_kv_cache_index_blocks", "Distinct blocks in the precise prefix index", m.index_blocks.clone());
+        r.register(
+            "epp_kv_cache_index_blocks",
+            "Distinct blocks in the precise prefix index",
+            m.index_blocks.clone(),
+        );
         Arc::new(m)
     }
 }

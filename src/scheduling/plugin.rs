@@ -161,7 +161,10 @@ pub trait ResponseHook: Send + Sync {
 /// (llm-d's `token-producer`). The cycle's producers read the result as `SchedulingRequest::token_ids`;
 /// `None` (no tokenizer answer) leaves precise prefix matching without tokens for that request.
 pub trait TokenProducer: Send + Sync {
-    fn tokenize<'a>(&'a self, req: &'a SchedulingRequest<'a>) -> futures::future::BoxFuture<'a, Option<Vec<u32>>>;
+    fn tokenize<'a>(
+        &'a self,
+        req: &'a SchedulingRequest<'a>,
+    ) -> futures::future::BoxFuture<'a, Option<Vec<u32>>>;
 }
 
 /// Called when endpoints leave the pool, so plugins drop their per-endpoint state.

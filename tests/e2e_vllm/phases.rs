@@ -181,7 +181,7 @@ impl KvEventsFollower {
     pub(crate) fn start(fleet: &VllmFleet) -> Self {
         use epp::kvcache::{BlockKeyHasher, HashAlgorithm, KvIndex, Subscription, TierWeights};
         let hasher = BlockKeyHasher::new(HashAlgorithm::CborFnv, 16, "");
-        let index = std::sync::Arc::new(std::sync::Mutex::new(KvIndex::new(hasher, TierWeights::default())));
+        let index = std::sync::Arc::new(std::sync::RwLock::new(KvIndex::new(hasher, TierWeights::default())));
         let stats = std::sync::Arc::new(epp::kvcache::SubscriberStats::default());
         let tasks = fleet
             .kv_event_ports
@@ -220,7 +220,7 @@ impl KvEventsFollower {
         let stored_blocks = tokens.len() as u64 / VLLM_CPU_BLOCK_SIZE * (VLLM_CPU_BLOCK_SIZE / 16);
         let mut matches = Vec::new();
         let found = wait_until_async(PROPAGATION_DEADLINE, || {
-            let index = self.index.lock().expect("index");
+            let index = self.index.read().expect("index");
             let mut keys = Vec::new();
             index.hasher().extend_keys(index.hasher().root(MODEL), &tokens, &mut keys);
             index.longest_prefix(&keys, &mut matches);

@@ -29,7 +29,14 @@ pub(crate) struct KvEventLog {
 impl KvEventLog {
     /// Block `b` of a prompt (chained `hashes`, its `tokens`) was cached: it extends the previous event if
     /// that ended with block `b - 1` of the same chain.
-    pub(crate) fn stored(&mut self, hashes: &[u64], tokens: &[u32], b: usize, block_size: usize, lora: Option<&str>) {
+    pub(crate) fn stored(
+        &mut self,
+        hashes: &[u64],
+        tokens: &[u32],
+        b: usize,
+        block_size: usize,
+        lora: Option<&str>,
+    ) {
         let Some(block) = tokens.get(b * block_size..(b + 1) * block_size) else { return };
         let parent = b.checked_sub(1).map(|p| hashes[p]);
         if let Some(KvCacheEvent::Stored { block_hashes, token_ids, .. }) = self.events.last_mut() {
@@ -185,11 +192,15 @@ mod tests {
         let payload = encode_batch(1.5, &log.events, 4);
         let batch = epp::kvcache::decode_batch(&payload).expect("epp decodes the simulator's batch");
         assert_eq!(batch.events.len(), 3);
-        let epp::kvcache::KvEvent::BlockStored(first) = &batch.events[0] else { panic!("{:?}", batch.events[0]) };
+        let epp::kvcache::KvEvent::BlockStored(first) = &batch.events[0] else {
+            panic!("{:?}", batch.events[0])
+        };
         assert_eq!((first.block_hashes.clone(), first.parent_block_hash), (vec![11, 22, 33], None));
         assert_eq!((first.token_ids.len(), first.block_size), (12, 4));
         let epp::kvcache::KvEvent::BlockStored(second) = &batch.events[1] else { panic!() };
         assert_eq!(second.lora_name.as_deref(), Some("adapter"));
-        assert!(matches!(&batch.events[2], epp::kvcache::KvEvent::BlockRemoved { block_hashes, .. } if block_hashes == &[22, u64::MAX]));
+        assert!(
+            matches!(&batch.events[2], epp::kvcache::KvEvent::BlockRemoved { block_hashes, .. } if block_hashes == &[22, u64::MAX])
+        );
     }
 }

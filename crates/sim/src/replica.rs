@@ -83,11 +83,7 @@ impl Replica {
             time_scale,
             started: Instant::now(),
             kv_events,
-            inner: Mutex::new(Inner {
-                engine,
-                live: HashMap::new(),
-                requests: RequestMetrics::default(),
-            }),
+            inner: Mutex::new(Inner { engine, live: HashMap::new(), requests: RequestMetrics::default() }),
             wake: Notify::new(),
             next_id: AtomicU64::new(1),
         });

@@ -21,6 +21,7 @@ const MUST_LOAD: &[&str] = &[
     "predicted-latency-epp.yaml",
     "predicted-latency-design.yaml",
     "llamacpp.yaml",
+    "precise-prefix.yaml",
 ];
 
 /// Examples using plugins epp may not implement: they load, or fail only with "unknown type".

@@ -98,6 +98,13 @@ struct NoParams {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PrefixScorerParams {
+    #[allow(dead_code)]
+    prefix_match_info_producer_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct PickerParams {
     #[allow(dead_code)]
     max_num_of_endpoints: Option<u32>,
@@ -159,7 +166,9 @@ const INFLIGHT: &[DataKey] = &[DataKey::InFlightLoad];
 fake!(queue_scorer, "queue-scorer", NoParams, |p| p.scorer(Arc::new(FakeScorer)));
 fake!(kv_scorer, "kv-cache-utilization-scorer", NoParams, |p| p.scorer(Arc::new(FakeScorer)));
 fake!(lora_scorer, "lora-affinity-scorer", NoParams, |p| p.scorer(Arc::new(FakeScorer)));
-fake!(prefix_scorer, "prefix-cache-scorer", NoParams, |p| p.scorer(Arc::new(FakeScorer)).consumes(PREFIX));
+fake!(prefix_scorer, "prefix-cache-scorer", PrefixScorerParams, |p| p
+    .scorer(Arc::new(FakeScorer))
+    .consumes(PREFIX));
 fake!(token_load_scorer, "token-load-scorer", TokenLoadParams, |p| p
     .scorer(Arc::new(FakeScorer))
     .consumes(INFLIGHT));
@@ -220,9 +229,12 @@ pub(super) fn registry() -> Registry {
     r.register("destination-endpoint-served-verifier", served_verifier);
     // The predicted-latency plugins are registered for real: they are pure and cheap to build.
     use crate::scheduling::plugins::{
-        latency_scorer, latency_slo_admitter, predicted_latency, prefix_cache_affinity_filter,
-        slo_headroom_tier_filter,
+        latency_scorer, latency_slo_admitter, precise_prefix_cache_producer, predicted_latency,
+        prefix_cache_affinity_filter, slo_headroom_tier_filter, token_producer,
     };
+    // So are the precise prefix plugins outside a runtime (no subscribers start).
+    r.register(precise_prefix_cache_producer::TYPE_NAME, precise_prefix_cache_producer::factory);
+    r.register(token_producer::TYPE_NAME, token_producer::factory);
     r.register(prefix_cache_affinity_filter::TYPE_NAME, prefix_cache_affinity_filter::factory);
     r.register(predicted_latency::TYPE_NAME, predicted_latency::factory);
     r.register(slo_headroom_tier_filter::TYPE_NAME, slo_headroom_tier_filter::factory);

@@ -124,7 +124,11 @@ pub(crate) struct PrecisePrefixCacheProducer {
 
 impl PrecisePrefixCacheProducer {
     /// A producer over `pool`, with no subscribers of its own (tests, the lab).
-    pub(crate) fn new(pool: Arc<KvEventPool>, block_size_tokens: usize, metrics: Arc<KvCacheMetrics>) -> Self {
+    pub(crate) fn new(
+        pool: Arc<KvEventPool>,
+        block_size_tokens: usize,
+        metrics: Arc<KvCacheMetrics>,
+    ) -> Self {
         Self { pool, block_chars: block_size_tokens * CHARS_PER_TOKEN, metrics, _subscribers: None }
     }
 
@@ -150,7 +154,9 @@ impl DataProducer for PrecisePrefixCacheProducer {
         let block_chars = self.block_chars;
         let Some(tokens) = req.token_ids else {
             let none = PrefixMatch { match_blocks: 0, total_blocks: 0, block_chars };
-            candidates.iter_mut().for_each(|c| c.attrs.prefix = Some(none));
+            for c in candidates.iter_mut() {
+                c.attrs.prefix = Some(none);
+            }
             return;
         };
         KEYS.with_borrow_mut(|keys| {
@@ -189,7 +195,10 @@ fn invalid(name: &str, message: impl Into<String>) -> PluginError {
 }
 
 /// Decodes and validates the parameters.
-pub(crate) fn parse_config(name: &str, params: Option<&serde_json::Value>) -> Result<PreciseConfig, PluginError> {
+pub(crate) fn parse_config(
+    name: &str,
+    params: Option<&serde_json::Value>,
+) -> Result<PreciseConfig, PluginError> {
     let p: Params = parse_params(name, TYPE_NAME, params)?;
     let tokens = p.token_processor_config.unwrap_or_default();
     let block_size_tokens = match tokens.block_size_tokens.or(tokens.block_size) {
@@ -203,7 +212,9 @@ pub(crate) fn parse_config(name: &str, params: Option<&serde_json::Value>) -> Re
         Some(other) => {
             return Err(invalid(
                 name,
-                format!("parameter `tokenProcessorConfig.hashAlgorithm` {other:?}: expected cbor-fnv or xxh64"),
+                format!(
+                    "parameter `tokenProcessorConfig.hashAlgorithm` {other:?}: expected cbor-fnv or xxh64"
+                ),
             ))
         }
     };
@@ -211,11 +222,17 @@ pub(crate) fn parse_config(name: &str, params: Option<&serde_json::Value>) -> Re
     let tiers = tier_weights(name, indexer.kv_cache_backend_configs)?;
     check_index_backend(name, indexer.kv_block_index_config.unwrap_or_default())?;
     if indexer.tokenizers_pool_config.is_some() {
-        tracing::warn!(plugin = name, "indexerConfig.tokenizersPoolConfig is ignored: token ids come from token-producer");
+        tracing::warn!(
+            plugin = name,
+            "indexerConfig.tokenizersPoolConfig is ignored: token ids come from token-producer"
+        );
     }
     let speculative = p.speculative_indexing.or(indexer.speculative_indexing).unwrap_or(false);
     if speculative || p.speculative_ttl.is_some() {
-        tracing::warn!(plugin = name, "speculativeIndexing is not implemented yet: only the engines' events index");
+        tracing::warn!(
+            plugin = name,
+            "speculativeIndexing is not implemented yet: only the engines' events index"
+        );
     }
     let pool = pool_config(name, p.kv_events_config.unwrap_or_default())?;
     Ok(PreciseConfig {
@@ -271,7 +288,10 @@ fn pool_config(name: &str, events: KvEventsParams) -> Result<PoolConfig, PluginE
     let defaults = PoolConfig::default();
     let discovery = events.pod_discovery_config.unwrap_or_default();
     if discovery.replay_socket_port.is_some_and(|p| p > 0) {
-        tracing::warn!(plugin = name, "replay is not implemented yet: entries are dropped when events may be lost");
+        tracing::warn!(
+            plugin = name,
+            "replay is not implemented yet: entries are dropped when events may be lost"
+        );
     }
     let socket_port = match discovery.socket_port {
         Some(0) => return Err(invalid(name, "kvEventsConfig.podDiscoveryConfig.socketPort must be > 0")),

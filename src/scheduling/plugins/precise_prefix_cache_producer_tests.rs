@@ -44,7 +44,11 @@ fn what_epp_does_not_do_is_refused_by_name() {
     assert_rejects(factory, json!({"kvEventsConfig": {"discoverPods": false}}), "discoverPods");
     assert_rejects(factory, json!({"kvEventsConfig": {"engineType": "trtllm"}}), "engineType");
     assert_rejects(factory, json!({"kvEventsConfig": {"concurrency": 0}}), "concurrency");
-    assert_rejects(factory, json!({"kvEventsConfig": {"podDiscoveryConfig": {"socketPort": 0}}}), "socketPort");
+    assert_rejects(
+        factory,
+        json!({"kvEventsConfig": {"podDiscoveryConfig": {"socketPort": 0}}}),
+        "socketPort",
+    );
     let redis = json!({"indexerConfig": {"kvBlockIndexConfig": {"redisConfig": {"address": "r:6379"}}}});
     assert_rejects(factory, redis, "kvBlockIndexConfig");
     assert_rejects(factory, json!({"tokenProcessorConfig": {"blockSizeTokens": 0}}), "blockSizeTokens");
@@ -71,9 +75,13 @@ fn stored(tokens: &[u32], medium: Option<&str>) -> KvEvent {
 
 #[tokio::test]
 async fn candidates_get_their_longest_held_run_at_tier_weights() {
-    let config = parse_config("p", Some(&json!({"tokenProcessorConfig": {"blockSizeTokens": 2}}))).expect("config");
+    let config =
+        parse_config("p", Some(&json!({"tokenProcessorConfig": {"blockSizeTokens": 2}}))).expect("config");
     let hasher = BlockKeyHasher::new(config.hash_algorithm, 2, "");
-    let index = Arc::new(RwLock::new(KvIndex::new(hasher, TierWeights(vec![("gpu".into(), 1.0), ("cpu".into(), 0.5)]))));
+    let index = Arc::new(RwLock::new(KvIndex::new(
+        hasher,
+        TierWeights(vec![("gpu".into(), 1.0), ("cpu".into(), 0.5)]),
+    )));
     let metrics = Arc::new(KvCacheMetrics::default());
     let pool = Arc::new(KvEventPool::new(PoolConfig::default(), index.clone(), metrics.events.clone()));
     let (one, two, three) = (endpoint(1), endpoint(2), endpoint(3));
@@ -92,17 +100,24 @@ async fn candidates_get_their_longest_held_run_at_tier_weights() {
     let mut candidates: Vec<Candidate> = [one, two, three].into_iter().map(Candidate::new).collect();
     let mut req = fixture.request();
     producer.prepare(&req, &mut candidates);
-    assert!(candidates.iter().all(|c| c.attrs.prefix == Some(PrefixMatch { match_blocks: 0, total_blocks: 0, block_chars: 8 })));
+    assert!(candidates
+        .iter()
+        .all(|c| c.attrs.prefix == Some(PrefixMatch { match_blocks: 0, total_blocks: 0, block_chars: 8 })));
     let mut asked: Vec<u32> = prompt.clone();
     asked.push(99);
     req.token_ids = Some(&asked);
     producer.prepare(&req, &mut candidates);
-    let matched: Vec<_> = candidates.iter().map(|c| c.attrs.prefix.map(|p| (p.match_blocks, p.total_blocks))).collect();
+    let matched: Vec<_> =
+        candidates.iter().map(|c| c.attrs.prefix.map(|p| (p.match_blocks, p.total_blocks))).collect();
     assert_eq!(
         matched,
         [Some((6, 6)), Some((2, 6)), Some((0, 6))],
         "all 6 blocks on GPU; 4 CPU blocks at weight 0.5; another model's blocks never match"
     );
-    assert_eq!((metrics.lookup_requests.get(), metrics.lookup_hits.get()), (1, 1), "a request without tokens looks nothing up");
+    assert_eq!(
+        (metrics.lookup_requests.get(), metrics.lookup_hits.get()),
+        (1, 1),
+        "a request without tokens looks nothing up"
+    );
     assert_eq!(metrics.events.active_subscribers.get(), 3);
 }

@@ -83,7 +83,12 @@ impl TokenProducer for RenderTokenProducer {
     }
 }
 
-fn duration(name: &str, field: &str, value: Option<&str>, default: Duration) -> Result<Duration, PluginError> {
+fn duration(
+    name: &str,
+    field: &str,
+    value: Option<&str>,
+    default: Duration,
+) -> Result<Duration, PluginError> {
     match value {
         None => Ok(default),
         Some(text) => humantime::parse_duration(text)
@@ -100,7 +105,8 @@ pub(crate) fn factory(
     let err = |message: String| PluginError::new(name, TYPE_NAME, message);
     if p.uds_tokenizer_config.is_some() {
         return Err(err(
-            "parameter `udsTokenizerConfig` is not supported: set `vllm.url` to a vLLM render endpoint".into(),
+            "parameter `udsTokenizerConfig` is not supported: set `vllm.url` to a vLLM render endpoint"
+                .into(),
         ));
     }
     if p.vllm.is_some() && p.estimate.is_some() {

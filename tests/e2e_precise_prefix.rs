@@ -1,0 +1,130 @@
+//! Precise prefix-cache routing end to end, with config/precise-prefix.yaml: client → a real Envoy → epp (`token-producer` asking the
+//! engine's render endpoint for token ids, `precise-prefix-cache-producer` subscribed to every engine's
+//! KV events over ZMQ) → two `epp-sim` replicas, each on its own loopback address as pods are, publishing
+//! vLLM-format KV events on the same port (llm-d's `socketPort`).
+//!
+//! What it proves: a request whose prompt shares a prefix with one the engines already cached goes to the
+//! engine that holds it, because that engine said so, not because epp remembers sending it there. So a
+//! second epp replica, which routed none of the traffic, routes the same way as the one that did: the
+//! property approximate prefix routing lacks (llm-d's reason to tell users not to run active-active
+//! EPPs). Every wait polls epp's metrics under one generous deadline; nothing is timed. Without Envoy the
+//! test fails (`EPP_SKIP_MISSING_TOOLS=1` skips it, printing SKIP, outside CI).
+//!
+//! The simulator stands in for vLLM here (the real vLLM publisher is in `make test-vllm`): it publishes
+//! what its own prefix cache does, in vLLM's encoding; what it does not model is vLLM's hybrid-allocator
+//! groups and CPU offloading, which would add events of other media and groups.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use epp_testkit::*;
+use serde_json::json;
+
+const MODEL: &str = "precise-model";
+/// Each pod's address: both serve on their own port, and publish KV events on one shared port.
+const PODS_AT: [&str; 2] = ["127.0.0.5", "127.0.0.6"];
+
+/// One pod: an `epp-sim` replica on its own runtime and thread.
+struct SimPod {
+    addr: SocketAddr,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl SimPod {
+    fn start(ip: &str, kv_events_port: u16) -> Self {
+        let mut options = epp_sim::ServeOptions::new(MODEL);
+        options.host = ip.to_string();
+        options.name_prefix = ip.to_string();
+        options.time_scale = 20.0;
+        options.kv_events_port = Some(kv_events_port);
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let addrs = epp_sim::serve(options).await.map_err(|e| e.to_string());
+                let started = addrs.is_ok();
+                let _ = addr_tx.send(addrs);
+                if started {
+                    let _ = stopped.await;
+                }
+            });
+        });
+        let addrs = addr_rx.recv().expect("the replica's thread answers").expect("epp-sim starts");
+        Self { addr: addrs[0], _stop: stop }
+    }
+}
+
+/// config/precise-prefix.yaml, pointed at the simulators' render endpoint and KV-event port.
+fn config(render_url: &str, socket_port: u16) -> String {
+    let shipped = include_str!("../config/precise-prefix.yaml");
+    assert!(shipped.contains("http://render:8000") && shipped.contains("socketPort: 5557"), "{shipped}");
+    shipped
+        .replace("http://render:8000", render_url)
+        .replace("socketPort: 5557", &format!("socketPort: {socket_port}"))
+        .replace("meta-llama/Llama-3.1-8B-Instruct", MODEL)
+}
+
+fn metric(epp: &Epp, name: &str) -> f64 {
+    metric_sum(&epp.metrics_text(), name, &[]).unwrap_or(0.0)
+}
+
+/// A chat request: a shared system prompt long enough for many blocks, and a question of its own.
+fn chat(system: &str, question: &str) -> serde_json::Value {
+    json!({"model": MODEL, "max_tokens": 4, "messages": [
+        {"role": "system", "content": system}, {"role": "user", "content": question}]})
+}
+
+/// Sends `body` through Envoy; the pod that served it (`x-sim-replica`, named after its IP).
+async fn served_by(client: &reqwest::Client, url: &str, body: &serde_json::Value) -> String {
+    let response = post_json(client, url, body).await;
+    assert_eq!(response.status(), 200, "{}", read_text(response).await);
+    let pod = header(&response, "x-sim-replica").expect("x-sim-replica");
+    pod.rsplit_once('-').map_or(pod.clone(), |(ip, _)| ip.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_prefixes_go_where_the_engines_say_they_are_from_either_epp() {
+    let kv_port = free_port();
+    let pods: Vec<SimPod> = PODS_AT.iter().map(|ip| SimPod::start(ip, kv_port)).collect();
+    let endpoints = pods.iter().map(|p| p.addr.to_string()).collect::<Vec<_>>().join(",");
+    let config = format!("--config-text={}", config(&format!("http://{}", pods[0].addr), kv_port));
+    let template = "envoy-full-duplex.yaml";
+    let test = "shared_prefixes_go_where_the_engines_say_they_are_from_either_epp";
+    let Some(first) = start_epp_behind_envoy(test, template, &endpoints, &[&config], &[]) else { return };
+    let Some(second) = start_epp_behind_envoy(test, template, &endpoints, &[&config], &[]) else { return };
+    let subscribed = |epp: &Epp| metric(epp, "llm_d_epp_kv_cache_events_active_subscribers") == 2.0;
+    assert!(wait_until(Duration::from_secs(30), || subscribed(&first.epp) && subscribed(&second.epp)));
+
+    let client = http_client();
+    let url = first.url("/v1/chat/completions");
+    let system = "You review restaurants for a food guide. ".repeat(40);
+    let home = served_by(&client, &url, &chat(&system, "first question")).await;
+    // The engine's events reach both epps (each subscribes to every pod) a moment after the request.
+    let indexed = |epp: &Epp| metric(epp, "llm_d_epp_kv_cache_index_admissions_total") >= 20.0;
+    assert!(
+        wait_until(Duration::from_secs(30), || indexed(&first.epp) && indexed(&second.epp)),
+        "the engines' KV events never reached both epps:\n{}",
+        first.epp.metrics_text()
+    );
+    // Six requests: a router blind to the cache would send all six of the second epp's to one pod 1 time in 32.
+    for n in 0..6 {
+        let question = format!("question {n}: which dish?");
+        assert_eq!(served_by(&client, &url, &chat(&system, &question)).await, home, "through the first epp");
+        let second_url = second.url("/v1/chat/completions");
+        assert_eq!(
+            served_by(&client, &second_url, &chat(&system, &question)).await,
+            home,
+            "through the second epp"
+        );
+    }
+    for epp in [&first.epp, &second.epp] {
+        assert_eq!(metric(epp, "epp_token_producer_failures_total"), 0.0, "every request had its token ids");
+        assert!(metric(epp, "llm_d_epp_kv_cache_index_lookup_hits_total") >= 6.0);
+        assert_eq!(metric(epp, "epp_kv_cache_events_malformed_total"), 0.0);
+    }
+}
