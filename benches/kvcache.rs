@@ -118,5 +118,36 @@ fn lookup(c: &mut Criterion) {
     assert!(matches.iter().any(|m| m.endpoint == 42 && m.blocks == 512));
 }
 
-criterion_group!(benches, ingestion, lookup);
+/// Resident memory of the process, from /proc/self/statm (Linux), in bytes.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Memory per million indexed blocks: the resident growth from indexing 2,000 prompts of 32 blocks on
+/// 16 endpoints (each prompt on one endpoint: 64,000 engine blocks, as many distinct epp blocks), scaled.
+/// Printed, not timed; the allocator's retained pages make it an upper bound.
+fn memory(c: &mut Criterion) {
+    let before = resident_bytes();
+    let mut ix = index();
+    let mut blocks = 0u64;
+    for prompt in 0..2_000u32 {
+        let tokens = tokens(prompt, BLOCK * BLOCKS_PER_BATCH);
+        let event = KvEvent::BlockStored(epp::kvcache::BlockStored {
+            block_hashes: (0..BLOCKS_PER_BATCH as u64).map(|h| (u64::from(prompt) << 32) | h).collect(),
+            token_ids: tokens,
+            block_size: BLOCK as u32,
+            ..Default::default()
+        });
+        blocks += ix.apply(prompt % 16, "model", &event).blocks_stored as u64;
+    }
+    if let (Some(before), Some(after)) = (before, resident_bytes()) {
+        let per_million = after.saturating_sub(before) as f64 / blocks as f64 * 1e6 / (1u64 << 20) as f64;
+        eprintln!("kvcache_memory: {blocks} blocks indexed, {per_million:.0} MiB per million blocks");
+    }
+    c.bench_function("kvcache_memory_index_len", |b| b.iter(|| black_box(ix.len())));
+}
+
+criterion_group!(benches, ingestion, lookup, memory);
 criterion_main!(benches);

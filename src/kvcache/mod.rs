@@ -21,6 +21,7 @@ mod index;
 mod msgpack;
 mod pool;
 mod render;
+mod slots;
 mod subscriber;
 #[cfg(test)]
 mod test_data;
