@@ -31,12 +31,13 @@ struct SimPod {
 }
 
 impl SimPod {
-    fn start(ip: &str, kv_events_port: u16) -> Self {
+    fn start(ip: &str, kv_events_port: u16, kv_replay_port: u16) -> Self {
         let mut options = epp_sim::ServeOptions::new(MODEL);
         options.host = ip.to_string();
         options.name_prefix = ip.to_string();
         options.time_scale = 20.0;
         options.kv_events_port = Some(kv_events_port);
+        options.kv_replay_port = Some(kv_replay_port);
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         std::thread::spawn(move || {
@@ -60,12 +61,15 @@ impl SimPod {
 }
 
 /// config/precise-prefix.yaml, pointed at the simulators' render endpoint and KV-event port.
-fn config(render_url: &str, socket_port: u16) -> String {
+fn config(render_url: &str, socket_port: u16, replay_port: u16) -> String {
     let shipped = include_str!("../config/precise-prefix.yaml");
-    assert!(shipped.contains("http://render:8000") && shipped.contains("socketPort: 5557"), "{shipped}");
+    for placeholder in ["http://render:8000", " socketPort: 5557", "replaySocketPort: 5558"] {
+        assert!(shipped.contains(placeholder), "{placeholder} is not in {shipped}");
+    }
     shipped
         .replace("http://render:8000", render_url)
-        .replace("socketPort: 5557", &format!("socketPort: {socket_port}"))
+        .replace(" socketPort: 5557", &format!(" socketPort: {socket_port}"))
+        .replace("replaySocketPort: 5558", &format!("replaySocketPort: {replay_port}"))
         .replace("meta-llama/Llama-3.1-8B-Instruct", MODEL)
 }
 
@@ -89,14 +93,17 @@ async fn served_by(client: &reqwest::Client, url: &str, body: &serde_json::Value
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_prefixes_go_where_the_engines_say_they_are_from_either_epp() {
-    let kv_port = free_port();
-    let pods: Vec<SimPod> = PODS_AT.iter().map(|ip| SimPod::start(ip, kv_port)).collect();
+    let (kv_port, replay_port) = (free_port(), free_port());
+    let pods: Vec<SimPod> = PODS_AT.iter().map(|ip| SimPod::start(ip, kv_port, replay_port)).collect();
     let endpoints = pods.iter().map(|p| p.addr.to_string()).collect::<Vec<_>>().join(",");
-    let config = format!("--config-text={}", config(&format!("http://{}", pods[0].addr), kv_port));
+    let render = format!("http://{}", pods[0].addr);
+    let config = format!("--config-text={}", config(&render, kv_port, replay_port));
     let template = "envoy-full-duplex.yaml";
     let test = "shared_prefixes_go_where_the_engines_say_they_are_from_either_epp";
     let Some(first) = start_epp_behind_envoy(test, template, &endpoints, &[&config], &[]) else { return };
-    let Some(second) = start_epp_behind_envoy(test, template, &endpoints, &[&config], &[]) else { return };
+    let Some(mut second) = start_epp_behind_envoy(test, template, &endpoints, &[&config], &[]) else {
+        return;
+    };
     let subscribed = |epp: &Epp| metric(epp, "llm_d_epp_kv_cache_events_active_subscribers") == 2.0;
     assert!(wait_until(Duration::from_secs(30), || subscribed(&first.epp) && subscribed(&second.epp)));
 
@@ -112,19 +119,32 @@ async fn shared_prefixes_go_where_the_engines_say_they_are_from_either_epp() {
         first.epp.metrics_text()
     );
     // Six requests: a router blind to the cache would send all six of the second epp's to one pod 1 time in 32.
-    for n in 0..6 {
-        let question = format!("question {n}: which dish?");
-        assert_eq!(served_by(&client, &url, &chat(&system, &question)).await, home, "through the first epp");
-        let second_url = second.url("/v1/chat/completions");
-        assert_eq!(
-            served_by(&client, &second_url, &chat(&system, &question)).await,
-            home,
-            "through the second epp"
-        );
-    }
+    let routes_home = |epp_url: String, home: String| {
+        let client = client.clone();
+        let system = system.clone();
+        async move {
+            for n in 0..6 {
+                let question = format!("question {n}: which dish?");
+                assert_eq!(served_by(&client, &epp_url, &chat(&system, &question)).await, home, "{epp_url}");
+            }
+        }
+    };
+    routes_home(url.clone(), home.clone()).await;
+    routes_home(second.url("/v1/chat/completions"), home.clone()).await;
     for epp in [&first.epp, &second.epp] {
         assert_eq!(metric(epp, "epp_token_producer_failures_total"), 0.0, "every request had its token ids");
         assert!(metric(epp, "llm_d_epp_kv_cache_index_lookup_hits_total") >= 6.0);
         assert_eq!(metric(epp, "epp_kv_cache_events_malformed_total"), 0.0);
     }
+
+    // A restarted epp has heard no live event since, yet routes the same way: its subscribers replayed
+    // the engines' buffers on connecting.
+    second.epp.restart();
+    assert!(
+        wait_until(Duration::from_secs(30), || subscribed(&second.epp) && indexed(&second.epp)),
+        "the restarted epp never replayed the engines' events:\n{}",
+        second.epp.metrics_text()
+    );
+    assert!(metric(&second.epp, "epp_kv_cache_events_replays_total") >= 2.0);
+    routes_home(second.url("/v1/chat/completions"), home.clone()).await;
 }

@@ -19,8 +19,7 @@ use super::block_keys::BlockKeyHasher;
 use super::events::{BlockStored, KvEvent};
 use super::slots::{for_each_slot, KeyMap, SlotSet, Slots};
 
-/// An endpoint, as the index numbers it (the consumer maps addresses to ids).
-pub type EndpointId = u32;
+pub use super::slots::EndpointId;
 
 /// `kvCacheBackendConfigs`: a weight per tier name (`gpu` 1.0 and `cpu` 0.8 by default, as llm-d).
 #[derive(Debug, Clone, PartialEq)]
@@ -136,7 +135,13 @@ pub struct KvIndex {
     endpoints: HashMap<EndpointId, HashMap<(u64, u8), EngineBlock>>,
     slots: Slots,
     scratch: Vec<u64>,
+    /// The most distinct blocks held (`inMemoryConfig.size`).
+    max_keys: usize,
 }
+
+/// epp's default cap on distinct blocks: 10 million, about 2.3 GiB at the measured 235 bytes a block
+/// (BENCHMARKS.md §2), room for 100 pods of 100,000 blocks each. llm-d's default, 10^8, would allow 23 GiB.
+pub const DEFAULT_MAX_BLOCKS: usize = 10_000_000;
 
 impl KvIndex {
     pub fn new(hasher: BlockKeyHasher, tiers: TierWeights) -> Self {
@@ -148,7 +153,14 @@ impl KvIndex {
             endpoints: HashMap::new(),
             slots: Slots::default(),
             scratch: Vec::new(),
+            max_keys: DEFAULT_MAX_BLOCKS,
         }
+    }
+
+    /// The same index holding at most `max_keys` distinct blocks.
+    pub fn with_max_blocks(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
     }
 
     pub fn hasher(&self) -> &BlockKeyHasher {
@@ -212,6 +224,12 @@ impl KvIndex {
         };
         let mut applied = Applied::default();
         for (&hash, tokens) in stored.block_hashes.iter().zip(stored.token_ids.chunks_exact(engine_block)) {
+            if self.blocks.len() >= self.max_keys {
+                // Full: the rest of the event is not indexed (later blocks chain from these), so a
+                // publisher flooding events cannot grow the index past its cap; removals make room.
+                applied.stores_skipped += 1;
+                break;
+            }
             self.scratch.clear();
             self.hasher.extend_keys(parent, tokens, &mut self.scratch);
             parent = self.scratch.last().copied().unwrap_or(parent);

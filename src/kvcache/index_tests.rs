@@ -172,3 +172,15 @@ fn real_vllm_events_index_their_own_tokens() {
     ix.longest_prefix(&keys, &mut out);
     assert_eq!(out, vec![PrefixMatch { endpoint: A, blocks: 16, weighted: 16.0 }]);
 }
+
+#[test]
+fn a_full_index_stops_growing_until_removals_make_room() {
+    let mut ix = index(16).with_max_blocks(3);
+    let applied = ix.apply(A, "m", &stored(&[1, 2, 3, 4, 5], None, 0..80, 16));
+    assert_eq!((applied.blocks_stored, applied.stores_skipped, ix.len()), (3, 1, 3));
+    let keys = request(&ix, "m", 0..80);
+    assert_eq!(matches(&ix, &keys), vec![(A, 3, 3.0)], "the indexed head of the prompt still matches");
+    assert_eq!(ix.apply(B, "m", &stored(&[9], None, 500..516, 16)).stores_skipped, 1, "full");
+    ix.apply(A, "m", &removed(&[3]));
+    assert_eq!(ix.apply(B, "m", &stored(&[9], None, 500..516, 16)).blocks_stored, 1, "room again");
+}

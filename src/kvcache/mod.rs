@@ -21,6 +21,7 @@ mod index;
 mod msgpack;
 mod pool;
 mod render;
+mod replay;
 mod slots;
 mod subscriber;
 #[cfg(test)]
@@ -32,10 +33,12 @@ pub use frames::{
     parse_live, parse_replay, replay_request, topic_model, FrameError, LiveMessage, ReplayMessage,
     REPLAY_END_SEQ,
 };
-pub use index::{Applied, EndpointId, KvIndex, PrefixMatch, TierWeights};
+pub use index::{Applied, EndpointId, KvIndex, PrefixMatch, TierWeights, DEFAULT_MAX_BLOCKS};
 pub use pool::{spawn_pool, KvEventPool, PoolConfig, PoolTask, Subscribers};
 pub use render::{parse_rendered, RenderApi, RenderClient, RenderConfig, RenderError};
-pub use subscriber::{apply_message, run as run_subscriber, SharedIndex, SubscriberStats, Subscription};
+pub use subscriber::{
+    apply_message, run as run_subscriber, Sequence, SharedIndex, SubscriberStats, Subscription,
+};
 
 /// The index for reading, even if a writer panicked (every mutation leaves it consistent between events).
 pub fn read_index(index: &SharedIndex) -> std::sync::RwLockReadGuard<'_, KvIndex> {

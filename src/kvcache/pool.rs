@@ -27,13 +27,18 @@ pub struct PoolConfig {
     pub socket_port: u16,
     /// `topicFilter`: messages whose topic starts with this.
     pub topic_filter: String,
+    /// `podDiscoveryConfig.replaySocketPort`: the replay (ROUTER) port of rank 0; `None`: no replay.
+    pub replay_port: Option<u16>,
 }
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        Self { socket_port: 5557, topic_filter: "kv@".into() }
+        Self { socket_port: 5557, topic_filter: "kv@".into(), replay_port: None }
     }
 }
+
+/// Replays running at once in the process, at most (llm-d's cap).
+const CONCURRENT_REPLAYS: usize = 8;
 
 /// The pool's shared state: the index, its endpoint numbering and the subscribers' counters.
 #[derive(Debug)]
@@ -43,12 +48,20 @@ pub struct KvEventPool {
     stats: Arc<SubscriberStats>,
     ids: RwLock<HashMap<SocketAddr, EndpointId>>,
     next_id: AtomicU32,
+    replays: Arc<tokio::sync::Semaphore>,
 }
 
 impl KvEventPool {
     /// A pool writing `index` and counting into `stats` (the plugin's registered counters).
     pub fn new(config: PoolConfig, index: SharedIndex, stats: Arc<SubscriberStats>) -> Self {
-        Self { config, index, stats, ids: RwLock::new(HashMap::new()), next_id: AtomicU32::new(0) }
+        Self {
+            config,
+            index,
+            stats,
+            ids: RwLock::new(HashMap::new()),
+            next_id: AtomicU32::new(0),
+            replays: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_REPLAYS)),
+        }
     }
 
     pub fn index(&self) -> &SharedIndex {
@@ -71,13 +84,22 @@ impl KvEventPool {
 
     /// Where the endpoint's events are published: its IP, the base port plus its rank.
     pub fn publisher_of(&self, endpoint: &Endpoint) -> String {
-        let port = self.config.socket_port.saturating_add(endpoint.rank);
-        crate::datastore::format_host_port(SocketAddr::new(endpoint.addr.ip(), port))
+        at_rank(endpoint, self.config.socket_port)
+    }
+
+    /// Where the endpoint replays missed events, when the pool replays.
+    pub fn replay_of(&self, endpoint: &Endpoint) -> Option<String> {
+        self.config.replay_port.map(|base| at_rank(endpoint, base))
     }
 
     fn ids_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<SocketAddr, EndpointId>> {
         self.ids.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+fn at_rank(endpoint: &Endpoint, base: u16) -> String {
+    let port = base.saturating_add(endpoint.rank);
+    crate::datastore::format_host_port(SocketAddr::new(endpoint.addr.ip(), port))
 }
 
 /// Aborts the supervisor (and with it every subscriber) when dropped: the plugin holding it went away.
@@ -126,17 +148,17 @@ impl Subscribers {
     /// Starts a subscriber for each endpoint without one, stops those of endpoints no longer listed (or
     /// whose publisher moved) and drops what the index holds for them.
     pub fn reconcile(&mut self, endpoints: &[Arc<Endpoint>]) {
-        let wanted: HashMap<SocketAddr, String> =
-            endpoints.iter().map(|e| (e.addr, self.pool.publisher_of(e))).collect();
+        let wanted: HashMap<SocketAddr, (String, Option<String>)> =
+            endpoints.iter().map(|e| (e.addr, (self.pool.publisher_of(e), self.pool.replay_of(e)))).collect();
         let pool = self.pool.clone();
         self.running.retain(|addr, running| {
-            let keep = wanted.get(addr) == Some(&running.publisher);
+            let keep = wanted.get(addr).is_some_and(|(publisher, _)| *publisher == running.publisher);
             if !keep {
                 stop(&pool, *addr, running);
             }
             keep
         });
-        for (addr, publisher) in wanted {
+        for (addr, (publisher, replay)) in wanted {
             if self.running.contains_key(&addr) {
                 continue;
             }
@@ -147,6 +169,7 @@ impl Subscribers {
                 publisher: format!("tcp://{publisher}"),
                 topic_filter: self.pool.config.topic_filter.clone(),
                 default_model: String::new(),
+                replay: replay.map(|at| (format!("tcp://{at}"), self.pool.replays.clone())),
             };
             tracing::debug!(endpoint = %addr, publisher = %subscription.publisher, "KV-event subscriber started");
             let task =

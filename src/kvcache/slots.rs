@@ -9,7 +9,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::index::EndpointId;
+/// An endpoint, as the index numbers it (the consumer maps addresses to ids).
+pub type EndpointId = u32;
 
 /// A set of slots, 64 a word: inline up to 128 slots (no pointer to chase in the lookup walk, which
 /// touches one set per block), on the heap beyond.

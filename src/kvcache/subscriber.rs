@@ -3,11 +3,12 @@
 //! live message decoded and applied to the shared index.
 //!
 //! Sequence numbers are watched as llm-d watches them (llm-d/llm-d-router:pkg/kvevents/zmq_subscriber.go):
-//! a number not above the last one means the publisher restarted (it counts from 0 again). Until replay
-//! exists, whatever may have been missed drops the endpoint's entries, since a missed removal would leave a
-//! block indexed that the engine no longer holds, and a stale hit is worse than a miss: a restart, a jump
-//! in the sequence (events lost), and a new connection. A message that does not parse is counted and
-//! skipped. The loop runs until its task is aborted.
+//! a number below the last live one means the publisher restarted (it counts from 0 again), a jump means
+//! events were lost. Whatever may have been missed is recovered by replay from the publisher's buffer when
+//! it has a replay socket ([`super::replay`]: on connecting, after a gap, after a restart); without one, or
+//! when replay fails, the endpoint's entries are dropped, since a missed removal would leave a block
+//! indexed that the engine no longer holds, and a stale hit is worse than a miss. A message that does not
+//! parse is counted and skipped. The loop runs until its task is aborted.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -41,6 +42,10 @@ pub struct SubscriberStats {
     pub unknown_events: Counter,
     /// Subscribers running now (set by the pool).
     pub active_subscribers: Gauge,
+    /// Replays asked of a publisher's replay socket, and those that failed (the endpoint's entries were
+    /// dropped instead).
+    pub replays: Counter,
+    pub replay_failures: Counter,
 }
 
 /// What one subscriber needs.
@@ -53,6 +58,45 @@ pub struct Subscription {
     pub topic_filter: String,
     /// The model of events whose topic names none and whose blocks name no LoRA adapter.
     pub default_model: String,
+    /// `tcp://<ip>:<port>` of the publisher's replay (ROUTER) socket, and the process-wide cap on
+    /// concurrent replays; `None`: no replay.
+    pub replay: Option<(String, Arc<tokio::sync::Semaphore>)>,
+}
+
+/// Where a subscriber is in its publisher's sequence.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sequence {
+    /// The last number seen on the live socket.
+    last_live: Option<u64>,
+    /// The last batch applied, live or replayed.
+    pub(crate) last_applied: Option<u64>,
+}
+
+/// What a live message's number says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Apply,
+    /// Already applied (replay covered it).
+    Duplicate,
+    /// Batches from `next` on were lost.
+    Gap {
+        next: u64,
+    },
+    /// The publisher restarted.
+    Reset,
+}
+
+impl Sequence {
+    fn step(&mut self, seq: u64) -> Step {
+        let step = match (self.last_live, self.last_applied) {
+            (Some(live), _) if seq < live => Step::Reset,
+            (_, Some(applied)) if seq <= applied => Step::Duplicate,
+            (_, Some(applied)) if seq > applied.saturating_add(1) => Step::Gap { next: applied + 1 },
+            _ => Step::Apply,
+        };
+        self.last_live = Some(seq);
+        step
+    }
 }
 
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
@@ -64,59 +108,140 @@ pub async fn run(subscription: Subscription, index: SharedIndex, stats: Arc<Subs
         let connected = socket.connect(&subscription.publisher).await.is_ok()
             && socket.subscribe(&subscription.topic_filter).await.is_ok();
         if !connected {
-            stats.connect_failures.inc_by(1);
+            stats.connect_failures.inc();
             tokio::time::sleep(RECONNECT_DELAY).await;
             continue;
         }
-        // Whatever was published while disconnected is lost: start from what comes now.
-        lock(&index).remove_endpoint(subscription.endpoint);
-        let mut last_seq: Option<u64> = None;
+        // What was published while disconnected is lost, unless the publisher replays it from the start.
+        let mut sequence = Sequence::default();
+        recover(&subscription, 0, &mut sequence, &index, &stats).await;
         while let Ok(message) = socket.recv().await {
             let frames: Vec<Bytes> = message.into_vec();
-            apply_message(&subscription, &frames, &mut last_seq, &index, &stats);
+            let replay = subscription.replay.is_some();
+            if let Some(from) = apply_message(&subscription, &frames, &mut sequence, &index, &stats, replay) {
+                recover(&subscription, from, &mut sequence, &index, &stats).await;
+                apply_message(&subscription, &frames, &mut sequence, &index, &stats, false);
+            }
         }
         tokio::time::sleep(RECONNECT_DELAY).await;
     }
 }
 
-/// Applies one multipart message; `last_seq` is the publisher's last sequence number seen.
-pub fn apply_message(
-    subscription: &Subscription,
-    frames: &[Bytes],
-    last_seq: &mut Option<u64>,
+/// Recovers what may have been missed from batch `from` on: replayed when the publisher can, else the
+/// endpoint's entries are dropped (they may be stale) and the stream starts over from what comes next.
+async fn recover(
+    sub: &Subscription,
+    from: u64,
+    sequence: &mut Sequence,
     index: &SharedIndex,
     stats: &SubscriberStats,
 ) {
-    stats.messages.inc_by(1);
+    if let Some((address, permits)) = &sub.replay {
+        stats.replays.inc();
+        let mut expected = from;
+        let apply = |topic: &[u8], seq: u64, payload: &[u8]| {
+            if sequence.last_applied.is_some_and(|applied| seq <= applied) || seq < expected {
+                return;
+            }
+            if seq > expected {
+                // The buffer no longer reaches back to what was asked: what fell out of it may have
+                // removed blocks, so the endpoint's entries go before the rest applies.
+                stats.gaps.inc();
+                drop_endpoint(sub, sequence, index, stats);
+            }
+            apply_batch(sub, topic, payload, index, stats);
+            sequence.last_applied = Some(seq);
+            expected = seq + 1;
+        };
+        let malformed = || {
+            stats.malformed.inc();
+        };
+        let replayed = super::replay::replay(address, permits, from, apply, malformed).await;
+        match replayed {
+            Ok(()) => return,
+            Err(error) => {
+                stats.replay_failures.inc();
+                tracing::debug!(endpoint = sub.endpoint, %error, "KV-event replay failed");
+            }
+        }
+    }
+    let dropped = lock(index).remove_endpoint(sub.endpoint);
+    stats.blocks_removed.inc_by(dropped as u64);
+    sequence.last_applied = None;
+}
+
+/// Applies one live multipart message. When its number shows batches were missed (a gap, a publisher
+/// restart) and `can_recover`, nothing is applied and the first batch to recover is returned (the caller
+/// replays, then applies the message again with `can_recover` false); otherwise the endpoint's entries
+/// are dropped first (after a restart, or a gap nobody can fill) and the message is applied.
+pub fn apply_message(
+    subscription: &Subscription,
+    frames: &[Bytes],
+    sequence: &mut Sequence,
+    index: &SharedIndex,
+    stats: &SubscriberStats,
+    can_recover: bool,
+) -> Option<u64> {
+    // A message deferred for recovery comes back with `can_recover` false: count it (and its gap) once.
+    let count = can_recover || subscription.replay.is_none();
+    if count {
+        stats.messages.inc();
+    }
     let parts: Vec<&[u8]> = frames.iter().map(Bytes::as_ref).collect();
     let Ok(message) = parse_live(&parts) else {
-        stats.malformed.inc_by(1);
+        stats.malformed.inc();
+        return None;
+    };
+    match sequence.step(message.seq) {
+        Step::Apply => {}
+        Step::Duplicate => return None,
+        Step::Gap { next } => {
+            if count {
+                stats.gaps.inc();
+            }
+            if can_recover {
+                return Some(next);
+            }
+            drop_endpoint(subscription, sequence, index, stats);
+        }
+        Step::Reset => {
+            if count {
+                stats.resets.inc();
+            }
+            drop_endpoint(subscription, sequence, index, stats);
+            if can_recover {
+                return Some(0);
+            }
+        }
+    }
+    apply_batch(subscription, message.topic, message.payload, index, stats);
+    sequence.last_applied = Some(message.seq);
+    None
+}
+
+fn drop_endpoint(sub: &Subscription, sequence: &mut Sequence, index: &SharedIndex, stats: &SubscriberStats) {
+    let dropped = lock(index).remove_endpoint(sub.endpoint);
+    stats.blocks_removed.inc_by(dropped as u64);
+    sequence.last_applied = None;
+}
+
+/// Decodes one batch (live or replayed) and applies its events; a payload that does not decode is counted.
+pub(crate) fn apply_batch(
+    sub: &Subscription,
+    topic: &[u8],
+    payload: &[u8],
+    index: &SharedIndex,
+    stats: &SubscriberStats,
+) {
+    let Ok(batch) = decode_batch(payload) else {
+        stats.malformed.inc();
         return;
     };
-    let Ok(batch) = decode_batch(message.payload) else {
-        stats.malformed.inc_by(1);
-        return;
-    };
-    let model = topic_model(message.topic).unwrap_or(&subscription.default_model);
+    let model = topic_model(topic).unwrap_or(&sub.default_model);
     stats.unknown_events.inc_by(batch.unknown_events as u64);
     let mut index = lock(index);
-    match *last_seq {
-        Some(last) if message.seq <= last => {
-            // The publisher restarted (its sequence starts again at 0): what it held is gone.
-            stats.resets.inc_by(1);
-            let dropped = index.remove_endpoint(subscription.endpoint);
-            stats.blocks_removed.inc_by(dropped as u64);
-        }
-        Some(last) if message.seq > last.saturating_add(1) => {
-            stats.gaps.inc_by(1);
-            let dropped = index.remove_endpoint(subscription.endpoint);
-            stats.blocks_removed.inc_by(dropped as u64);
-        }
-        _ => {}
-    }
-    *last_seq = Some(message.seq);
     for event in &batch.events {
-        let applied = index.apply(subscription.endpoint, model, event);
+        let applied = index.apply(sub.endpoint, model, event);
         stats.blocks_stored.inc_by(applied.blocks_stored as u64);
         stats.blocks_removed.inc_by(applied.blocks_removed as u64);
         stats.stores_skipped.inc_by(applied.stores_skipped as u64);

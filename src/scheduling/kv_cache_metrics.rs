@@ -28,7 +28,7 @@ impl KvCacheMetrics {
     pub(crate) fn register(r: &MetricsRegistry) -> Arc<Self> {
         let m = Self::default();
         let e = &m.events;
-        let counters: [(&str, &str, &Counter); 14] = [
+        let counters: [(&str, &str, &Counter); 16] = [
             ("llm_d_epp_kv_cache_events_messages_received", "KV-event messages received", &e.messages),
             ("llm_d_epp_kv_cache_events_stores_skipped", "BlockStored events not indexed", &e.stores_skipped),
             (
@@ -53,6 +53,16 @@ impl KvCacheMetrics {
             ("epp_kv_cache_events_sequence_gaps", "Jumps in a publisher's sequence (events lost)", &e.gaps),
             ("epp_kv_cache_events_publisher_resets", "Publishers whose sequence restarted", &e.resets),
             ("epp_kv_cache_events_unknown", "Events of a type epp does not know, skipped", &e.unknown_events),
+            (
+                "epp_kv_cache_events_replays",
+                "Replays asked of a publisher (on connecting, after a gap)",
+                &e.replays,
+            ),
+            (
+                "epp_kv_cache_events_replay_failures",
+                "Replays that failed (entries dropped)",
+                &e.replay_failures,
+            ),
             (
                 "epp_token_producer_requests",
                 "Requests token-producer was asked to tokenize",

@@ -193,6 +193,7 @@ impl KvEventsFollower {
                     publisher: format!("tcp://127.0.0.1:{port}"),
                     topic_filter: "kv@".into(),
                     default_model: MODEL.into(),
+                    replay: None,
                 };
                 tokio::spawn(epp::kvcache::run_subscriber(subscription, index.clone(), stats.clone()))
             })

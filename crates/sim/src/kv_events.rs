@@ -4,12 +4,23 @@
 //! PUB socket as `[topic, seq (8 bytes, big-endian), payload]`, so that epp's precise prefix routing can
 //! be tested and measured against the simulator as against vLLM.
 //!
-//! Only the live stream: no replay socket, and no `AllBlocksCleared` (the simulator never resets its
-//! cache).
+//! With a replay address, a ROUTER socket serves the last [`REPLAY_BUFFER`] batches as vLLM's
+//! `replay_endpoint` does (`["", start_seq]` in; `["", topic, seq, payload]` for each buffered batch from
+//! `start_seq` on, then the end marker `["", "", -1, ""]`). No `AllBlocksCleared`: the simulator never
+//! resets its cache.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
-use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
+use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+
+/// Batches kept for replay (vLLM's `buffer_steps` default).
+pub(crate) const REPLAY_BUFFER: usize = 10_000;
+
+/// The batches sent, oldest first: (seq, payload).
+type Buffer = Arc<Mutex<VecDeque<(u64, Bytes)>>>;
 
 /// One event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,19 +155,36 @@ pub(crate) struct KvPublisher {
 }
 
 impl KvPublisher {
-    /// Binds the socket (`tcp://ip:port`) and starts the sending task.
-    pub(crate) async fn bind(bind: &str, topic: String, block_size: usize) -> Result<Self, zeromq::ZmqError> {
+    /// Binds the PUB socket (`tcp://ip:port`) and, given one, the replay ROUTER socket, and starts their
+    /// tasks.
+    pub(crate) async fn bind(
+        bind: &str,
+        replay: Option<&str>,
+        topic: String,
+        block_size: usize,
+    ) -> Result<Self, zeromq::ZmqError> {
         let mut socket = PubSocket::new();
         socket.bind(bind).await?;
+        let buffer: Buffer = Arc::default();
+        if let Some(replay) = replay {
+            let mut router = RouterSocket::new();
+            router.bind(replay).await?;
+            tokio::spawn(serve_replays(router, Bytes::from(topic.clone()), buffer.clone()));
+        }
         let (batches, mut received) = mpsc::unbounded_channel::<(f64, Vec<KvCacheEvent>)>();
+        let topic = Bytes::from(topic);
         tokio::spawn(async move {
             let mut seq = 0u64;
             while let Some((ts, events)) = received.recv().await {
-                let frames = vec![
-                    Bytes::from(topic.clone()),
-                    Bytes::copy_from_slice(&seq.to_be_bytes()),
-                    Bytes::from(encode_batch(ts, &events, block_size)),
-                ];
+                let payload = Bytes::from(encode_batch(ts, &events, block_size));
+                {
+                    let mut buffer = buffer.lock().unwrap_or_else(PoisonError::into_inner);
+                    if buffer.len() == REPLAY_BUFFER {
+                        buffer.pop_front();
+                    }
+                    buffer.push_back((seq, payload.clone()));
+                }
+                let frames = vec![topic.clone(), Bytes::copy_from_slice(&seq.to_be_bytes()), payload];
                 seq += 1;
                 let Ok(message) = ZmqMessage::try_from(frames) else { continue };
                 if let Err(error) = socket.send(message).await {
@@ -170,6 +198,33 @@ impl KvPublisher {
     pub(crate) fn publish(&self, ts: f64, events: Vec<KvCacheEvent>) {
         if !events.is_empty() {
             let _ = self.batches.send((ts, events));
+        }
+    }
+}
+
+/// Answers replay requests until the socket fails.
+async fn serve_replays(mut router: RouterSocket, topic: Bytes, buffer: Buffer) {
+    while let Ok(request) = router.recv().await {
+        let frames = request.into_vec();
+        // [identity, "", start_seq]; anything else is not a replay request.
+        let (Some(identity), Some(start)) = (frames.first(), frames.get(2)) else { continue };
+        let Ok(start) = <[u8; 8]>::try_from(start.as_ref()).map(u64::from_be_bytes) else { continue };
+        let batches: Vec<(u64, Bytes)> = {
+            let buffer = buffer.lock().unwrap_or_else(PoisonError::into_inner);
+            buffer.iter().filter(|(seq, _)| *seq >= start).cloned().collect()
+        };
+        let end = [Bytes::new(), Bytes::copy_from_slice(&(-1i64).to_be_bytes()), Bytes::new()];
+        let replies = batches
+            .into_iter()
+            .map(|(seq, payload)| [topic.clone(), Bytes::copy_from_slice(&seq.to_be_bytes()), payload])
+            .chain([end]);
+        for reply in replies {
+            let mut frames = vec![identity.clone(), Bytes::new()];
+            frames.extend(reply);
+            let Ok(message) = ZmqMessage::try_from(frames) else { continue };
+            if router.send(message).await.is_err() {
+                break;
+            }
         }
     }
 }

@@ -87,6 +87,10 @@ struct Args {
     /// socket at `--host`:(this + i), topic `kv@<host>:<port>@<model>`.
     #[arg(long)]
     kv_events_port: Option<u16>,
+    /// With --kv-events-port: replica i serves replays of its last 10,000 batches (vLLM's
+    /// `replay_endpoint`) at `--host`:(this + i).
+    #[arg(long, requires = "kv_events_port")]
+    kv_replay_port: Option<u16>,
 }
 
 fn profile(name: &str) -> Result<AcceleratorProfile, SimError> {
@@ -151,6 +155,7 @@ fn options(args: &Args) -> Result<ServeOptions, SimError> {
         name_prefix: args.name_prefix.clone(),
         prompt_tokens_details: args.enable_prompt_tokens_details,
         kv_events_port: args.kv_events_port,
+        kv_replay_port: args.kv_replay_port,
     };
     options.validate()?;
     Ok(options)

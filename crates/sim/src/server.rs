@@ -88,6 +88,9 @@ pub struct ServeOptions {
     /// Publish KV-cache events (vLLM's `--kv-events-config` ZMQ stream): replica `i` binds a PUB socket
     /// at `host:kv_events_port + i`, topic `kv@<host>:<port>@<model>`.
     pub kv_events_port: Option<u16>,
+    /// With `kv_events_port`: replica `i` also serves replays of its last batches (vLLM's
+    /// `replay_endpoint`) at `host:kv_replay_port + i`.
+    pub kv_replay_port: Option<u16>,
 }
 
 impl ServeOptions {
@@ -112,6 +115,7 @@ impl ServeOptions {
             name_prefix: "sim".into(),
             prompt_tokens_details: false,
             kv_events_port: None,
+            kv_replay_port: None,
         }
     }
 
@@ -261,7 +265,11 @@ async fn kv_publisher(
     let port = u16::try_from(usize::from(base) + index).unwrap_or(u16::MAX);
     let bind = format!("tcp://{}:{port}", options.host);
     let topic = format!("kv@{}:{}@{}", options.host, addr.port(), options.model);
-    KvPublisher::bind(&bind, topic, block_size)
+    let replay = options.kv_replay_port.map(|base| {
+        let port = u16::try_from(usize::from(base) + index).unwrap_or(u16::MAX);
+        format!("tcp://{}:{port}", options.host)
+    });
+    KvPublisher::bind(&bind, replay.as_deref(), topic, block_size)
         .await
         .map(Some)
         .map_err(|e| SimError::KvEvents { addr: bind, message: e.to_string() })

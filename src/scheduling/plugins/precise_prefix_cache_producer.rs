@@ -11,8 +11,9 @@
 //!
 //! llm-d's parameters load unchanged. What epp does not do yet is refused or said: `redisConfig` and
 //! `costAwareMemoryConfig` (epp's index lives in memory, every replica subscribing to every pod) and the
-//! centralised `zmqEndpoint` are errors; `replaySocketPort` and `speculativeIndexing` are accepted with a
-//! warning (without replay, an endpoint's entries are dropped whenever events may have been missed).
+//! centralised `zmqEndpoint` are errors; `speculativeIndexing` is accepted with a warning. With
+//! `replaySocketPort`, missed events are replayed; without it an endpoint's entries are dropped whenever
+//! events may have been missed.
 
 use std::cell::RefCell;
 use std::sync::{Arc, RwLock};
@@ -22,7 +23,7 @@ use serde::Deserialize;
 use super::prefix_hash::CHARS_PER_TOKEN;
 use crate::kvcache::{
     read_index, spawn_pool, BlockKeyHasher, HashAlgorithm, KvEventPool, KvIndex, PoolConfig, PoolTask,
-    PrefixMatch as HeldPrefix, TierWeights,
+    PrefixMatch as HeldPrefix, TierWeights, DEFAULT_MAX_BLOCKS,
 };
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, DataProducer, FactoryContext, KvCacheMetrics, PluginError,
@@ -71,11 +72,22 @@ struct IndexerParams {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct KvBlockIndexParams {
-    in_memory_config: Option<serde_json::Value>,
+    in_memory_config: Option<InMemoryParams>,
     cost_aware_memory_config: Option<serde_json::Value>,
     redis_config: Option<serde_json::Value>,
     enable_metrics: Option<bool>,
     metrics_logging_interval: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct InMemoryParams {
+    /// The most distinct blocks indexed.
+    size: Option<usize>,
+    /// llm-d's cap on pods per block; here a block's holders are bounded by the pool, so it is accepted
+    /// and not needed.
+    #[allow(dead_code)]
+    pod_cache_size: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -111,6 +123,8 @@ pub(crate) struct PreciseConfig {
     pub hash_algorithm: HashAlgorithm,
     pub tiers: TierWeights,
     pub pool: PoolConfig,
+    /// `indexerConfig.kvBlockIndexConfig.inMemoryConfig.size`.
+    pub max_blocks: usize,
 }
 
 /// The producer: the pool (index, subscribers' state) and the task that runs the subscribers.
@@ -220,7 +234,7 @@ pub(crate) fn parse_config(
     };
     let indexer = p.indexer_config.unwrap_or_default();
     let tiers = tier_weights(name, indexer.kv_cache_backend_configs)?;
-    check_index_backend(name, indexer.kv_block_index_config.unwrap_or_default())?;
+    let max_blocks = index_size(name, indexer.kv_block_index_config.unwrap_or_default())?;
     if indexer.tokenizers_pool_config.is_some() {
         tracing::warn!(
             plugin = name,
@@ -241,6 +255,7 @@ pub(crate) fn parse_config(
         hash_algorithm,
         tiers,
         pool,
+        max_blocks,
     })
 }
 
@@ -256,7 +271,8 @@ fn tier_weights(name: &str, backends: Option<Vec<BackendParams>>) -> Result<Tier
     Ok(TierWeights(tiers))
 }
 
-fn check_index_backend(name: &str, index: KvBlockIndexParams) -> Result<(), PluginError> {
+/// The index's cap on blocks; only the in-memory backend exists here.
+fn index_size(name: &str, index: KvBlockIndexParams) -> Result<usize, PluginError> {
     if index.redis_config.is_some() || index.cost_aware_memory_config.is_some() {
         return Err(invalid(
             name,
@@ -264,8 +280,11 @@ fn check_index_backend(name: &str, index: KvBlockIndexParams) -> Result<(), Plug
              to every pod and keeps its own index)",
         ));
     }
-    let _ = (index.in_memory_config, index.enable_metrics, index.metrics_logging_interval);
-    Ok(())
+    let _ = (index.enable_metrics, index.metrics_logging_interval);
+    match index.in_memory_config.unwrap_or_default().size {
+        Some(0) => Err(invalid(name, "indexerConfig.kvBlockIndexConfig.inMemoryConfig.size must be > 0")),
+        size => Ok(size.unwrap_or(DEFAULT_MAX_BLOCKS)),
+    }
 }
 
 fn pool_config(name: &str, events: KvEventsParams) -> Result<PoolConfig, PluginError> {
@@ -297,7 +316,12 @@ fn pool_config(name: &str, events: KvEventsParams) -> Result<PoolConfig, PluginE
         Some(0) => return Err(invalid(name, "kvEventsConfig.podDiscoveryConfig.socketPort must be > 0")),
         port => port.unwrap_or(defaults.socket_port),
     };
-    Ok(PoolConfig { socket_port, topic_filter: events.topic_filter.unwrap_or(defaults.topic_filter) })
+    Ok(PoolConfig {
+        socket_port,
+        topic_filter: events.topic_filter.unwrap_or(defaults.topic_filter),
+        // 0 is llm-d's "no replay".
+        replay_port: discovery.replay_socket_port.filter(|&port| port > 0),
+    })
 }
 
 pub(crate) fn factory(
@@ -307,7 +331,8 @@ pub(crate) fn factory(
 ) -> Result<BuiltPlugin, PluginError> {
     let config = parse_config(name, params)?;
     let hasher = BlockKeyHasher::new(config.hash_algorithm, config.block_size_tokens, &config.hash_seed);
-    let index = Arc::new(RwLock::new(KvIndex::new(hasher, config.tiers.clone())));
+    let index =
+        Arc::new(RwLock::new(KvIndex::new(hasher, config.tiers.clone()).with_max_blocks(config.max_blocks)));
     let metrics = ctx.metrics.kv_cache.clone();
     let pool = Arc::new(KvEventPool::new(config.pool.clone(), index, metrics.events.clone()));
     let mut producer = PrecisePrefixCacheProducer::new(pool.clone(), config.block_size_tokens, metrics);

@@ -28,7 +28,13 @@ fn llm_d_reference_config_loads_with_its_values() {
     assert_eq!(config.hash_seed, "42");
     assert_eq!(config.hash_algorithm, HashAlgorithm::Xxh64);
     assert_eq!(config.tiers, TierWeights(vec![("gpu".into(), 1.0), ("cpu".into(), 0.4)]));
-    assert_eq!(config.pool, PoolConfig { socket_port: 5556, topic_filter: "kv@".into() });
+    assert_eq!(
+        config.pool,
+        PoolConfig { socket_port: 5556, topic_filter: "kv@".into(), replay_port: Some(5559) }
+    );
+    assert_eq!(config.max_blocks, DEFAULT_MAX_BLOCKS);
+    let sized = json!({"indexerConfig": {"kvBlockIndexConfig": {"inMemoryConfig": {"size": 1000}}}});
+    assert_eq!(parse_config("p", Some(&sized)).expect("size").max_blocks, 1000);
     let defaults = parse_config("p", None).expect("defaults");
     assert_eq!(defaults.block_size_tokens, 16);
     assert_eq!(defaults.hash_algorithm, HashAlgorithm::CborFnv);
@@ -51,6 +57,8 @@ fn what_epp_does_not_do_is_refused_by_name() {
     );
     let redis = json!({"indexerConfig": {"kvBlockIndexConfig": {"redisConfig": {"address": "r:6379"}}}});
     assert_rejects(factory, redis, "kvBlockIndexConfig");
+    let empty = json!({"indexerConfig": {"kvBlockIndexConfig": {"inMemoryConfig": {"size": 0}}}});
+    assert_rejects(factory, empty, "inMemoryConfig.size");
     assert_rejects(factory, json!({"tokenProcessorConfig": {"blockSizeTokens": 0}}), "blockSizeTokens");
     assert_rejects(factory, json!({"tokenProcessorConfig": {"hashAlgorithm": "md5"}}), "hashAlgorithm");
     let negative = json!({"indexerConfig": {"kvCacheBackendConfigs": [{"name": "gpu", "weight": -1}]}});
