@@ -8,7 +8,8 @@
 //! stream and not with usage counted as vLLM counts it; a shared prefix lands where it is cached, so the
 //! real `vllm:prefix_cache_hits_total` rises by every block that could hit; epp's KV-event subscribers,
 //! on the replicas' own ZMQ publishers, index that prefix on the replica that holds it and nowhere else;
-//! vLLM's own errors pass through.
+//! vLLM's own errors pass through. And, without an engine, vLLM's own publisher classes replay to a
+//! subscriber that connects late (e2e_vllm/publisher.rs).
 //!
 //! What a real cluster would add: GPU timing and KV pressure (1 GiB of KV cache here, 364 blocks), many
 //! replicas, LoRA adapters.
@@ -19,6 +20,8 @@ use serde_json::{json, Value};
 
 #[path = "e2e_vllm/phases.rs"]
 mod phases;
+#[path = "e2e_vllm/publisher.rs"]
+mod publisher;
 
 /// The name the replicas serve.
 const MODEL: &str = "smol";

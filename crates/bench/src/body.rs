@@ -104,7 +104,8 @@ impl RequestFactory {
     pub fn new(workload: &Workload) -> Self {
         let prefixes = (0..workload.prefix_groups)
             .map(|group| {
-                let mut rng = rng_for(workload.seed, PURPOSE_PREFIX, u64::from(group));
+                let mut rng =
+                    rng_for(workload.prefix_seed.unwrap_or(workload.seed), PURPOSE_PREFIX, u64::from(group));
                 let mut text = format!("System prompt {group}: ");
                 push_words(&mut text, workload.prefix_tokens, &mut rng);
                 text

@@ -115,6 +115,10 @@ struct WorkloadArgs {
     timeout: Option<Duration>,
     #[arg(long)]
     seed: Option<u64>,
+    /// Seed of the shared system prompts' text only (default: --seed): clients with their own --seed and
+    /// one --prefix-seed send the same prefixes at different times (two gateways, one fleet).
+    #[arg(long)]
+    prefix_seed: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -235,6 +239,7 @@ impl WorkloadArgs {
             turns
         );
         set!(fairness_ids, backend_header, timeout, seed);
+        w.prefix_seed = self.prefix_seed.or(w.prefix_seed);
         w.url = self.url.or(w.url);
         w.slo_ttft_ms = self.slo_ttft_ms.or(w.slo_ttft_ms);
         w.slo_tpot_ms = self.slo_tpot_ms.or(w.slo_tpot_ms);

@@ -97,6 +97,8 @@ pub struct Workload {
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     pub seed: u64,
+    /// Seed of the shared prefixes' text; `None`: `seed`.
+    pub prefix_seed: Option<u64>,
 }
 
 impl Default for Workload {
@@ -125,6 +127,7 @@ impl Default for Workload {
             backend_header: "x-backend-id".into(),
             timeout: Duration::from_secs(60),
             seed: 1,
+            prefix_seed: None,
         }
     }
 }

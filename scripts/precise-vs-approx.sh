@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Precise vs approximate prefix-cache routing, live, with one and with two active epp replicas (issue 20).
+#
+# Fleet: 4 epp-sim pods (PROFILE_NAME, NUM_GPU_BLOCKS KV blocks each), each on its own loopback address
+# (127.0.0.21-24) as pods are, publishing vLLM-format KV events on one port and replaying on another.
+# Workload: crates/lab/inputs/workload-live.yaml (12 shared system prompts of 1,547 tokens, 154-463-token
+# questions, 50-150 output tokens; Poisson), sent by two epp-bench processes at half the rate each.
+# Setups, each on a fresh fleet (no run inherits a cache):
+#   approx-1   one epp (+ Envoy), the approximate producer; both clients send to it
+#   approx-2   two epps, each behind its own Envoy; each client sends to one (active-active)
+#   precise-1  as approx-1 with config/precise-prefix.yaml (token-producer + precise producer)
+#   precise-2  as approx-2 with config/precise-prefix.yaml
+# Both configs weigh the same scorers the same (prefix 2, queue 1, KV utilisation 1, max-score picker:
+# the shipped precise config's weights, llm-d's guide's); only the prefix producer differs. Nothing is
+# tuned here. Measured: the fleet's prefix-cache hit rate (vllm:prefix_cache_hits / queries over the run)
+# and TTFT p90 over every request of both clients, per round; the table gives the mean over rounds.
+#
+#   usage: scripts/precise-vs-approx.sh   (after cargo build --release --workspace --bins; make envoy)
+#   env:   ROUNDS (2), DURATION (30 s of arrivals), RATE (12 req/s in all), SEED (1), TIME_SCALE (1),
+#          PROFILE_NAME (h100-8b), NUM_GPU_BLOCKS (3000: small enough that prefixes are evicted),
+#          BASE_PORT (21000), OUT_DIR (target/precise-vs-approx), PROFILE (release)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PROFILE=${PROFILE:-release}
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+BIN_DIR=$TARGET_DIR/$PROFILE
+OUT_DIR=${OUT_DIR:-$TARGET_DIR/precise-vs-approx}
+ROUNDS=${ROUNDS:-2}
+DURATION=${DURATION:-30}
+RATE=${RATE:-12}
+SEED=${SEED:-1}
+TIME_SCALE=${TIME_SCALE:-1}
+PROFILE_NAME=${PROFILE_NAME:-h100-8b}
+NUM_GPU_BLOCKS=${NUM_GPU_BLOCKS:-3000}
+BASE_PORT=${BASE_PORT:-21000}
+MODEL=meta-llama/Llama-3.1-8B-Instruct
+IPS=(127.0.0.21 127.0.0.22 127.0.0.23 127.0.0.24)
+SIM_PORT=$((BASE_PORT + 1))
+KV_PORT=$((BASE_PORT + 2))
+REPLAY_PORT=$((BASE_PORT + 3))
+
+ENVOY=${ENVOY_BIN:-$(ls .venv/lib/python*/site-packages/envoy/_bin/envoy .venv/bin/envoy 2>/dev/null | head -1)}
+for tool in "$BIN_DIR/epp" "$BIN_DIR/epp-sim" "$BIN_DIR/epp-bench" "$ENVOY"; do
+  [ -x "$tool" ] || { echo "precise-vs-approx: $tool missing (cargo build --release --workspace --bins; make envoy)" >&2; exit 1; }
+done
+
+mkdir -p "$OUT_DIR"
+rm -f "$OUT_DIR"/*.json "$OUT_DIR"/*.prefix "$OUT_DIR"/*.log
+WORK=$(mktemp -d)
+PIDS=()
+stop_all() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  PIDS=()
+}
+trap 'status=$?; stop_all; rm -rf "$WORK"; exit $status' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+start() { # logfile command...
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1 &
+  PIDS+=($!)
+}
+wait_for() { # host port logfile
+  for _ in $(seq 1 300); do
+    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "precise-vs-approx: nothing listens on $1:$2; the end of $3:" >&2
+  tail -n 30 "$3" >&2
+  exit 1
+}
+
+approx_config() {
+  cat <<'YAML'
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: approx-prefix-cache-producer
+- type: prefix-cache-scorer
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+    weight: 2
+  - pluginRef: queue-scorer
+    weight: 1
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 1
+  - pluginRef: max-score-picker
+YAML
+}
+
+precise_config() {
+  sed -e "s#http://render:8000#http://${IPS[0]}:$SIM_PORT#" -e "s/ socketPort: 5557/ socketPort: $KV_PORT/" \
+    -e "s/replaySocketPort: 5558/replaySocketPort: $REPLAY_PORT/" -e "s#meta-llama/Llama-3.1-8B-Instruct#$MODEL#" \
+    config/precise-prefix.yaml
+}
+
+fleet_prefix_counters() {
+  local ip
+  for ip in "${IPS[@]}"; do curl -sf "http://$ip:$SIM_PORT/metrics" || true; done |
+    awk '/^vllm:prefix_cache_hits(_total)?[ {]/ { h += $NF } /^vllm:prefix_cache_queries(_total)?[ {]/ { q += $NF }
+         END { printf "%d %d\n", h, q }'
+}
+
+# Starts epp number $1 (0 or 1) with config file $2 and its Envoy; echoes the Envoy listen port.
+start_epp() {
+  local n=$1 config=$2 grpc=$((BASE_PORT + 10 + 10 * $1)) listen=$((BASE_PORT + 80 + $1))
+  local endpoints
+  endpoints=$(printf "%s:$SIM_PORT," "${IPS[@]}")
+  start "$OUT_DIR/epp-$n.log" "$BIN_DIR/epp" --grpc-port "$grpc" --grpc-health-port $((grpc + 1)) \
+    --metrics-port $((grpc + 2)) --endpoints "${endpoints%,}" --secure-serving=false --pool-name live \
+    --refresh-metrics-interval 50ms --log-level warn --config-file "$config"
+  wait_for 127.0.0.1 "$grpc" "$OUT_DIR/epp-$n.log"
+  LISTEN_PORT=$listen ADMIN_PORT=$((BASE_PORT + 90 + n)) EXTPROC_PORT=$grpc \
+    EXTPROC_TRANSPORT=raw_buffer.v3.RawBuffer scripts/render-envoy-config.sh deploy/envoy/envoy-full-duplex.yaml \
+    >"$WORK/envoy-$n.yaml"
+  start "$OUT_DIR/envoy-$n.log" "$ENVOY" -c "$WORK/envoy-$n.yaml" --base-id $((RANDOM % 60000 + 1)) -l warning \
+    --concurrency 1
+  wait_for 127.0.0.1 "$listen" "$OUT_DIR/envoy-$n.log"
+}
+
+run() { # round setup
+  local round=$1 setup=$2 tag="r$1-$2" ip i
+  for ip in "${IPS[@]}"; do
+    start "$OUT_DIR/sim-$tag-$ip.log" env RUST_LOG=warn "$BIN_DIR/epp-sim" --host "$ip" --port "$SIM_PORT" \
+      --profiles "$PROFILE_NAME" --num-gpu-blocks "$NUM_GPU_BLOCKS" --time-scale "$TIME_SCALE" --seed "$SEED" \
+      --model "$MODEL" --kv-events-port "$KV_PORT" --kv-replay-port "$REPLAY_PORT"
+  done
+  for ip in "${IPS[@]}"; do wait_for "$ip" "$SIM_PORT" "$OUT_DIR/sim-$tag-$ip.log"; done
+  case "$setup" in approx-*) approx_config >"$WORK/config.yaml" ;; *) precise_config >"$WORK/config.yaml" ;; esac
+  start_epp 0 "$WORK/config.yaml"
+  local listen=($((BASE_PORT + 80)) $((BASE_PORT + 80)))
+  if [[ "$setup" == *-2 ]]; then
+    start_epp 1 "$WORK/config.yaml"
+    listen[1]=$((BASE_PORT + 81))
+  fi
+  sleep 1 # every epp has scraped every pod and subscribed to its events
+  echo "== round $round/$ROUNDS: $setup"
+  local benches=()
+  for i in 0 1; do
+    "$BIN_DIR/epp-bench" run --url "http://127.0.0.1:${listen[$i]}" --lab-workload crates/lab/inputs/workload-live.yaml \
+      --model "$MODEL" --poisson "$(awk -v r="$RATE" -v s="$TIME_SCALE" 'BEGIN { printf "%g", r * s / 2 }')" \
+      --duration "$(awk -v d="$DURATION" -v s="$TIME_SCALE" 'BEGIN { printf "%d", d * 1000 / s }')ms" \
+      --seed $((SEED * 1000 + round * 10 + i)) --prefix-seed "$SEED" --timeout 300s --max-error-rate 0 --samples \
+      --json "$OUT_DIR/$tag-client$i.json" >"$WORK/bench-$i.txt" 2>&1 &
+    benches+=($!)
+  done
+  for i in 0 1; do
+    wait "${benches[$i]}" || { cat "$WORK/bench-$i.txt"; echo "precise-vs-approx: $setup failed" >&2; exit 1; }
+  done
+  fleet_prefix_counters >"$OUT_DIR/$tag.prefix"
+  stop_all
+}
+
+SETUPS="approx-1 precise-1 approx-2 precise-2"
+for round in $(seq 1 "$ROUNDS"); do
+  for setup in $SETUPS; do run "$round" "$setup"; done
+done
+
+python3 - "$OUT_DIR" "$ROUNDS" "$TIME_SCALE" <<'PY'
+import json, sys
+
+out, rounds, scale = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+
+def pct(values, p):
+    values = sorted(values)
+    return values[max(0, min(len(values) - 1, int(-(-len(values) * p // 100)) - 1))] if values else float("nan")
+
+print("| setup | prefix-cache hit rate | TTFT p90 (ms) | TTFT p50 (ms) | requests |")
+print("|---|---:|---:|---:|---:|")
+for setup in ["approx-1", "precise-1", "approx-2", "precise-2"]:
+    hit, p90, p50, n = [], [], [], 0
+    for r in range(1, rounds + 1):
+        samples = [s for i in (0, 1) for s in json.load(open(f"{out}/r{r}-{setup}-client{i}.json"))["samples"]
+                   if "error" not in s and "ttft_ms" in s]
+        ttft = [s["ttft_ms"] * scale for s in samples]
+        p90.append(pct(ttft, 90))
+        p50.append(pct(ttft, 50))
+        n += len(samples)
+        h, q = map(int, open(f"{out}/r{r}-{setup}.prefix").read().split())
+        hit.append(h / max(1, q))
+    mean = lambda xs: sum(xs) / len(xs)
+    print(f"| {setup} | {mean(hit):.3f} | {mean(p90):.0f} | {mean(p50):.0f} | {n} |")
+PY
