@@ -18,51 +18,9 @@ use std::collections::HashMap;
 use super::block_keys::BlockKeyHasher;
 use super::events::{BlockStored, KvEvent};
 use super::slots::{for_each_slot, KeyMap, SlotSet, Slots};
+pub use super::tiers::TierWeights;
 
 pub use super::slots::EndpointId;
-
-/// `kvCacheBackendConfigs`: a weight per tier name (`gpu` 1.0 and `cpu` 0.8 by default, as llm-d).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TierWeights(pub Vec<(String, f64)>);
-
-impl Default for TierWeights {
-    fn default() -> Self {
-        Self(vec![("gpu".into(), 1.0), ("cpu".into(), 0.8)])
-    }
-}
-
-impl TierWeights {
-    /// The tier of an event's `medium`: vLLM's `GPU`/`CPU`/`STORAGE`, SGLang's `CPU_PINNED`/`DISK`.
-    fn tier(&self, medium: Option<&str>) -> u8 {
-        let name = match medium.map(str::to_ascii_lowercase).as_deref() {
-            None | Some("gpu") => "gpu".to_string(),
-            Some("cpu" | "cpu_pinned") => "cpu".to_string(),
-            Some("disk") => "storage".to_string(),
-            Some(other) => other.to_string(),
-        };
-        // Tiers past the 255th share the "unknown tier" slot (weight 0).
-        self.0
-            .iter()
-            .position(|(tier, _)| *tier == name)
-            .and_then(|i| u8::try_from(i).ok())
-            .unwrap_or(u8::MAX)
-    }
-
-    fn weight(&self, tier: u8) -> f64 {
-        self.0.get(usize::from(tier)).map_or(0.0, |(_, weight)| *weight)
-    }
-
-    /// The tier with the highest weight (the first of equals), and that weight.
-    fn best(&self) -> (u8, f64) {
-        let mut best = (u8::MAX, 0.0);
-        for (i, (_, weight)) in self.0.iter().enumerate().take(usize::from(u8::MAX)) {
-            if best.0 == u8::MAX || *weight > best.1 {
-                best = (i as u8, *weight);
-            }
-        }
-        best
-    }
-}
 
 /// What applying one event did, for the consumer's counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +95,7 @@ pub struct KvIndex {
     scratch: Vec<u64>,
     /// The most distinct blocks held (`inMemoryConfig.size`).
     max_keys: usize,
+    speculation: Speculation,
 }
 
 /// epp's default cap on distinct blocks: 10 million, about 2.3 GiB at the measured 235 bytes a block
@@ -154,6 +113,7 @@ impl KvIndex {
             slots: Slots::default(),
             scratch: Vec::new(),
             max_keys: DEFAULT_MAX_BLOCKS,
+            speculation: Speculation::default(),
         }
     }
 
@@ -240,18 +200,8 @@ impl KvIndex {
             }
             held.insert((hash, tier), EngineBlock { keys: self.scratch.clone(), refs: 1 });
             let slot = self.slots.slot(endpoint);
-            for &key in &self.scratch {
-                let block = self.blocks.entry(key).or_default();
-                match block.holders.binary_search_by_key(&(endpoint, tier), |h| (h.endpoint, h.tier)) {
-                    Ok(i) => block.holders[i].refs = block.holders[i].refs.saturating_add(1),
-                    Err(i) => {
-                        block.holders.insert(i, Holder { endpoint, tier, refs: 1 });
-                        block.any.insert(slot);
-                        if tier == self.best_tier.0 {
-                            block.best.insert(slot);
-                        }
-                    }
-                }
+            for i in 0..self.scratch.len() {
+                self.hold(endpoint, slot, tier, self.scratch[i]);
             }
             applied.blocks_stored += 1;
         }
@@ -279,6 +229,28 @@ impl KvIndex {
         true
     }
 
+    /// One more announcement of epp block `key` on `endpoint` (in `slot`) in `tier`.
+    fn hold(&mut self, endpoint: EndpointId, slot: u32, tier: u8, key: u64) {
+        let best = self.is_best(tier);
+        let block = self.blocks.entry(key).or_default();
+        match block.holders.binary_search_by_key(&(endpoint, tier), |h| (h.endpoint, h.tier)) {
+            Ok(i) => block.holders[i].refs = block.holders[i].refs.saturating_add(1),
+            Err(i) => {
+                block.holders.insert(i, Holder { endpoint, tier, refs: 1 });
+                block.any.insert(slot);
+                if best {
+                    block.best.insert(slot);
+                }
+            }
+        }
+    }
+
+    /// Whether a block in `tier` counts at the best weight: the best-weighted tier, and speculation (a
+    /// block about to be computed lands in the engine's GPU cache).
+    fn is_best(&self, tier: u8) -> bool {
+        tier == self.best_tier.0 || tier == SPECULATIVE_TIER
+    }
+
     fn unhold(&mut self, endpoint: EndpointId, tier: u8, keys: &[u64]) {
         let slot = self.slots.get(endpoint);
         for key in keys {
@@ -289,11 +261,19 @@ impl KvIndex {
                 if holders[i].refs == 0 {
                     holders.remove(i);
                     if let Some(slot) = slot {
-                        if tier == self.best_tier.0 {
-                            block.best.remove(slot);
+                        // The endpoint may still hold the block another way (confirmed and speculated).
+                        let (best_tier, mine) =
+                            (self.best_tier.0, holders.iter().filter(|h| h.endpoint == endpoint));
+                        let (mut any, mut best) = (false, false);
+                        for h in mine {
+                            any = true;
+                            best |= h.tier == best_tier || h.tier == SPECULATIVE_TIER;
                         }
-                        if !holders.iter().any(|h| h.endpoint == endpoint) {
+                        if !any {
                             block.any.remove(slot);
+                        }
+                        if !best {
+                            block.best.remove(slot);
                         }
                     }
                 }
@@ -307,7 +287,8 @@ impl KvIndex {
     /// Forgets everything `endpoint` holds (it left the pool, or cleared its cache); returns how many
     /// engine blocks that was.
     pub fn remove_endpoint(&mut self, endpoint: EndpointId) -> usize {
-        let Some(held) = self.endpoints.remove(&endpoint) else { return 0 };
+        self.forget_speculation(endpoint);
+        let held = self.endpoints.remove(&endpoint).unwrap_or_default();
         let count = held.len();
         for ((_, tier), block) in held {
             self.unhold(endpoint, tier, &block.keys);
@@ -385,6 +366,10 @@ impl KvIndex {
             .fold(0.0, f64::max)
     }
 }
+
+#[path = "speculation.rs"]
+mod speculation;
+use speculation::{Speculation, SPECULATIVE_TIER};
 
 #[cfg(test)]
 #[path = "index_tests.rs"]

@@ -184,3 +184,27 @@ fn a_full_index_stops_growing_until_removals_make_room() {
     ix.apply(A, "m", &removed(&[3]));
     assert_eq!(ix.apply(B, "m", &stored(&[9], None, 500..516, 16)).blocks_stored, 1, "room again");
 }
+
+#[test]
+fn speculative_entries_match_until_they_expire_and_survive_confirmation() {
+    let mut ix = index(16);
+    let keys = request(&ix, "m", 0..64);
+    let now = std::time::Instant::now();
+    let later = now + std::time::Duration::from_secs(2);
+    ix.speculate(A, &keys, later);
+    assert_eq!(matches(&ix, &keys), vec![(A, 4, 4.0)], "matched at once, at the best weight");
+    assert_eq!(ix.next_expiry(), Some(later));
+    // The engine confirms two of the blocks; expiry then leaves exactly those.
+    ix.apply(A, "m", &stored(&[1, 2], None, 0..32, 16));
+    assert_eq!(ix.expire_speculation(now), 0, "not yet");
+    assert_eq!(ix.expire_speculation(later), 1);
+    assert_eq!(matches(&ix, &keys), vec![(A, 2, 2.0)]);
+    assert_eq!(ix.next_expiry(), None);
+    // An endpoint that leaves takes its speculation with it, and a confirmed removal keeps it.
+    ix.speculate(B, &keys, later);
+    ix.remove_endpoint(B);
+    assert_eq!(matches(&ix, &keys), vec![(A, 2, 2.0)]);
+    ix.speculate(A, &keys, later);
+    ix.apply(A, "m", &removed(&[1]));
+    assert_eq!(matches(&ix, &keys), vec![(A, 4, 4.0)], "speculation still covers the removed block");
+}

@@ -26,6 +26,7 @@ mod slots;
 mod subscriber;
 #[cfg(test)]
 mod test_data;
+mod tiers;
 
 pub use block_keys::{BlockKeyHasher, HashAlgorithm};
 pub use events::{decode_batch, BlockStored, DecodeError, EventBatch, KvEvent};
@@ -43,4 +44,9 @@ pub use subscriber::{
 /// The index for reading, even if a writer panicked (every mutation leaves it consistent between events).
 pub fn read_index(index: &SharedIndex) -> std::sync::RwLockReadGuard<'_, KvIndex> {
     subscriber::read(index)
+}
+
+/// The index for writing, as [`read_index`].
+pub fn lock_index(index: &SharedIndex) -> std::sync::RwLockWriteGuard<'_, KvIndex> {
+    subscriber::lock(index)
 }

@@ -11,26 +11,31 @@
 //!
 //! llm-d's parameters load unchanged. What epp does not do yet is refused or said: `redisConfig` and
 //! `costAwareMemoryConfig` (epp's index lives in memory, every replica subscribing to every pod) and the
-//! centralised `zmqEndpoint` are errors; `speculativeIndexing` is accepted with a warning. With
-//! `replaySocketPort`, missed events are replayed; without it an endpoint's entries are dropped whenever
-//! events may have been missed.
+//! centralised `zmqEndpoint` are errors. With `replaySocketPort`, missed events are replayed; without it
+//! an endpoint's entries are dropped whenever events may have been missed. With `speculativeIndexing`,
+//! `pre_request` indexes a routed request's blocks on its target for `speculativeTTL`
+//! ([`crate::kvcache`]'s speculation), so a burst of one prompt lands together before the first event.
 
 use std::cell::RefCell;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::prefix_hash::CHARS_PER_TOKEN;
 use crate::kvcache::{
-    read_index, spawn_pool, BlockKeyHasher, HashAlgorithm, KvEventPool, KvIndex, PoolConfig, PoolTask,
-    PrefixMatch as HeldPrefix, TierWeights, DEFAULT_MAX_BLOCKS,
+    lock_index, read_index, spawn_pool, BlockKeyHasher, HashAlgorithm, KvEventPool, KvIndex, PoolConfig,
+    PoolTask, PrefixMatch as HeldPrefix, TierWeights, DEFAULT_MAX_BLOCKS,
 };
 use crate::scheduling::{
-    parse_params, BuiltPlugin, Candidate, DataKey, DataProducer, FactoryContext, KvCacheMetrics, PluginError,
-    PrefixMatch, SchedulingRequest,
+    parse_params, BuiltPlugin, Candidate, DataKey, DataProducer, DispatchInfo, FactoryContext,
+    KvCacheMetrics, PluginError, PreRequest, PrefixMatch, SchedulingRequest, SchedulingResult,
 };
 
 pub(crate) const TYPE_NAME: &str = "precise-prefix-cache-producer";
+
+/// llm-d's `speculativeTTL` default.
+const DEFAULT_SPECULATIVE_TTL: Duration = Duration::from_secs(2);
 
 thread_local! {
     static KEYS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
@@ -125,6 +130,9 @@ pub(crate) struct PreciseConfig {
     pub pool: PoolConfig,
     /// `indexerConfig.kvBlockIndexConfig.inMemoryConfig.size`.
     pub max_blocks: usize,
+    /// `speculativeIndexing` with `speculativeTTL`: how long a routed request's blocks count as held
+    /// by its target before the engine says so; `None`: off.
+    pub speculative_ttl: Option<Duration>,
 }
 
 /// The producer: the pool (index, subscribers' state) and the task that runs the subscribers.
@@ -133,6 +141,7 @@ pub(crate) struct PrecisePrefixCacheProducer {
     pool: Arc<KvEventPool>,
     block_chars: usize,
     metrics: Arc<KvCacheMetrics>,
+    speculative_ttl: Option<Duration>,
     _subscribers: Option<PoolTask>,
 }
 
@@ -143,7 +152,21 @@ impl PrecisePrefixCacheProducer {
         block_size_tokens: usize,
         metrics: Arc<KvCacheMetrics>,
     ) -> Self {
-        Self { pool, block_chars: block_size_tokens * CHARS_PER_TOKEN, metrics, _subscribers: None }
+        let block_chars = block_size_tokens * CHARS_PER_TOKEN;
+        Self { pool, block_chars, metrics, speculative_ttl: None, _subscribers: None }
+    }
+
+    /// The same producer indexing each routed request's blocks on its target for `ttl`.
+    pub(crate) fn with_speculation(mut self, ttl: Option<Duration>) -> Self {
+        self.speculative_ttl = ttl;
+        self
+    }
+
+    /// Drops speculative entries expired at `now` (a write lock only when one has).
+    fn expire(&self, now: std::time::Instant) {
+        if read_index(self.pool.index()).next_expiry().is_some_and(|t| t <= now) {
+            lock_index(self.pool.index()).expire_speculation(now);
+        }
     }
 
     /// Counts one lookup, unless it is a route probe's.
@@ -173,6 +196,9 @@ impl DataProducer for PrecisePrefixCacheProducer {
             }
             return;
         };
+        if self.speculative_ttl.is_some() {
+            self.expire(req.now);
+        }
         KEYS.with_borrow_mut(|keys| {
             HELD.with_borrow_mut(|held| {
                 keys.clear();
@@ -194,6 +220,28 @@ impl DataProducer for PrecisePrefixCacheProducer {
                     c.attrs.prefix = Some(PrefixMatch { match_blocks: matched, ..unmatched });
                 }
             });
+        });
+    }
+}
+
+impl PreRequest for PrecisePrefixCacheProducer {
+    /// With speculation on: the request's blocks count as held by its target from now, for the TTL.
+    fn pre_request(&self, req: &SchedulingRequest<'_>, result: &SchedulingResult, _: &DispatchInfo) {
+        let (Some(ttl), Some(tokens), false) = (self.speculative_ttl, req.token_ids, req.dry_run) else {
+            return;
+        };
+        let Some(id) =
+            result.primary().and_then(|r| r.targets.first()).and_then(|t| self.pool.endpoint_id(t.addr))
+        else {
+            return;
+        };
+        KEYS.with_borrow_mut(|keys| {
+            keys.clear();
+            let mut index = lock_index(self.pool.index());
+            index.expire_speculation(req.now);
+            let hasher = index.hasher();
+            hasher.extend_keys(hasher.root(req.target_model), tokens, keys);
+            index.speculate(id, keys, req.now + ttl);
         });
     }
 }
@@ -242,12 +290,12 @@ pub(crate) fn parse_config(
         );
     }
     let speculative = p.speculative_indexing.or(indexer.speculative_indexing).unwrap_or(false);
-    if speculative || p.speculative_ttl.is_some() {
-        tracing::warn!(
-            plugin = name,
-            "speculativeIndexing is not implemented yet: only the engines' events index"
-        );
-    }
+    let ttl = match p.speculative_ttl.as_deref() {
+        None => DEFAULT_SPECULATIVE_TTL,
+        Some(text) => humantime::parse_duration(text).ok().filter(|ttl| !ttl.is_zero()).ok_or_else(|| {
+            invalid(name, format!("parameter `speculativeTTL` {text:?} is not a positive duration"))
+        })?,
+    };
     let pool = pool_config(name, p.kv_events_config.unwrap_or_default())?;
     Ok(PreciseConfig {
         block_size_tokens,
@@ -256,6 +304,7 @@ pub(crate) fn parse_config(
         tiers,
         pool,
         max_blocks,
+        speculative_ttl: speculative.then_some(ttl),
     })
 }
 
@@ -335,12 +384,14 @@ pub(crate) fn factory(
         Arc::new(RwLock::new(KvIndex::new(hasher, config.tiers.clone()).with_max_blocks(config.max_blocks)));
     let metrics = ctx.metrics.kv_cache.clone();
     let pool = Arc::new(KvEventPool::new(config.pool.clone(), index, metrics.events.clone()));
-    let mut producer = PrecisePrefixCacheProducer::new(pool.clone(), config.block_size_tokens, metrics);
+    let mut producer = PrecisePrefixCacheProducer::new(pool.clone(), config.block_size_tokens, metrics)
+        .with_speculation(config.speculative_ttl);
     // Config checks and the lab build pipelines outside a runtime: nothing to subscribe for there.
     if tokio::runtime::Handle::try_current().is_ok() {
         producer._subscribers = Some(spawn_pool(pool, ctx.datastore.clone()));
     }
-    Ok(BuiltPlugin::new(TYPE_NAME, name).producer(Arc::new(producer)))
+    let producer = Arc::new(producer);
+    Ok(BuiltPlugin::new(TYPE_NAME, name).producer(producer.clone()).pre_request(producer))
 }
 
 #[cfg(test)]

@@ -129,3 +129,34 @@ async fn candidates_get_their_longest_held_run_at_tier_weights() {
     );
     assert_eq!(metrics.events.active_subscribers.get(), 3);
 }
+
+#[tokio::test]
+async fn with_speculation_a_routed_prompt_counts_on_its_target_until_the_ttl() {
+    use crate::scheduling::plugins::testing::{dispatch, result_for};
+    let params = json!({"speculativeIndexing": true, "speculativeTTL": "2s", "tokenProcessorConfig": {"blockSizeTokens": 4}});
+    let config = parse_config("p", Some(&params)).expect("config");
+    assert_eq!(config.speculative_ttl, Some(Duration::from_secs(2)));
+    assert_eq!(parse_config("p", None).expect("defaults").speculative_ttl, None, "off by default");
+    assert_rejects(factory, json!({"speculativeIndexing": true, "speculativeTTL": "soon"}), "speculativeTTL");
+    let hasher = BlockKeyHasher::new(config.hash_algorithm, 4, "");
+    let index = Arc::new(RwLock::new(KvIndex::new(hasher, TierWeights::default())));
+    let metrics = Arc::new(KvCacheMetrics::default());
+    let pool = Arc::new(KvEventPool::new(PoolConfig::default(), index, metrics.events.clone()));
+    let (one, two) = (endpoint(1), endpoint(2));
+    let mut subscribers = Subscribers::new(pool.clone());
+    subscribers.reconcile(&[one.clone(), two.clone()]);
+    let producer = PrecisePrefixCacheProducer::new(pool, 4, metrics).with_speculation(config.speculative_ttl);
+    let fixture = RequestFixture::with_prompt("m", "\"x\"");
+    let tokens: Vec<u32> = (0..16).collect();
+    let mut req = fixture.request();
+    req.token_ids = Some(&tokens);
+    producer.pre_request(&req, &result_for(std::slice::from_ref(&one)), &dispatch(&one, 16, 32));
+    let mut candidates: Vec<Candidate> = [one.clone(), two].into_iter().map(Candidate::new).collect();
+    producer.prepare(&req, &mut candidates);
+    let matched =
+        |c: &[Candidate]| c.iter().map(|c| c.attrs.prefix.map_or(0, |p| p.match_blocks)).collect::<Vec<_>>();
+    assert_eq!(matched(&candidates), [4, 0], "the routed prompt's 4 blocks, on its target only");
+    req.now += Duration::from_secs(2);
+    producer.prepare(&req, &mut candidates);
+    assert_eq!(matched(&candidates), [0, 0], "expired: no engine ever confirmed them");
+}
