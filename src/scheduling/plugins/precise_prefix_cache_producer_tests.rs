@@ -2,6 +2,7 @@ use serde_json::json;
 
 use super::*;
 use crate::kvcache::{BlockStored, KvEvent, Subscribers};
+use crate::kvcache::{HashAlgorithm, PoolConfig, TierWeights, DEFAULT_MAX_BLOCKS};
 use crate::scheduling::plugins::testing::{assert_rejects, build, endpoint, RequestFixture};
 
 /// llm-d's reference producer entry (llm-d/llm-d:guides/pd-disaggregation/router/pd-multi-tier.values.yaml,
