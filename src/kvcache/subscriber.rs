@@ -112,8 +112,11 @@ pub async fn run(subscription: Subscription, index: SharedIndex, stats: Arc<Subs
             tokio::time::sleep(RECONNECT_DELAY).await;
             continue;
         }
-        // What was published while disconnected is lost, unless the publisher replays it from the start.
+        // What was published while disconnected is lost, unless the publisher replays it from the start:
+        // either way the endpoint starts over (a replay re-announces every store it buffered, which on top
+        // of the old entries would count them twice and outlive their removal).
         let mut sequence = Sequence::default();
+        drop_endpoint(&subscription, &mut sequence, &index, &stats);
         recover(&subscription, 0, &mut sequence, &index, &stats).await;
         while let Ok(message) = socket.recv().await {
             let frames: Vec<Bytes> = message.into_vec();
@@ -143,9 +146,10 @@ async fn recover(
             if sequence.last_applied.is_some_and(|applied| seq <= applied) || seq < expected {
                 return;
             }
-            if seq > expected {
+            if seq > expected && sequence.last_applied.is_some() {
                 // The buffer no longer reaches back to what was asked: what fell out of it may have
-                // removed blocks, so the endpoint's entries go before the rest applies.
+                // removed blocks, so the endpoint's entries go before the rest applies. (Starting over,
+                // with nothing applied, the buffer is all there is to learn from.)
                 stats.gaps.inc();
                 drop_endpoint(sub, sequence, index, stats);
             }
