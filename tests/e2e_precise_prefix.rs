@@ -100,7 +100,8 @@ async fn shared_prefixes_go_where_the_engines_say_they_are_from_either_epp() {
     let config = format!("--config-text={}", config(&render, kv_port, replay_port));
     let template = "envoy-full-duplex.yaml";
     let test = "shared_prefixes_go_where_the_engines_say_they_are_from_either_epp";
-    let Some(first) = start_epp_behind_envoy(test, template, &endpoints, &[&config], &[]) else { return };
+    let args = [config.as_str(), "--enable-route-probe"];
+    let Some(first) = start_epp_behind_envoy(test, template, &endpoints, &args, &[]) else { return };
     let Some(mut second) = start_epp_behind_envoy(test, template, &endpoints, &[&config], &[]) else {
         return;
     };
@@ -136,6 +137,18 @@ async fn shared_prefixes_go_where_the_engines_say_they_are_from_either_epp() {
         assert!(metric(epp, "llm_d_epp_kv_cache_index_lookup_hits_total") >= 6.0);
         assert_eq!(metric(epp, "epp_kv_cache_events_malformed_total"), 0.0);
     }
+
+    // The route probe tokenizes as the request path does, so it explains the precise match.
+    let probe_url = format!("http://127.0.0.1:{}/debug/route/v1/chat/completions", first.epp.metrics_port);
+    let probe = read_json(post_json(&client, &probe_url, &chat(&system, "a probe's question")).await).await;
+    let home_address = pods.iter().map(|p| p.addr.to_string()).find(|a| a.starts_with(&home)).expect("home");
+    for pod in &pods {
+        let address = pod.addr.to_string();
+        let matched = probe_candidate(&probe, &address).map(|c| c["prefix_match_blocks"].as_u64());
+        let expect_match = address == home_address;
+        assert_eq!(matched.flatten().is_some_and(|blocks| blocks > 0), expect_match, "{address}: {probe}");
+    }
+    assert_eq!(probe["pick"]["address"], home_address.as_str(), "{probe}");
 
     // A restarted epp has heard no live event since, yet routes the same way: its subscribers replayed
     // the engines' buffers on connecting.

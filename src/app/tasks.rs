@@ -151,7 +151,7 @@ pub(super) fn spawn_metrics_server(
         let handler =
             post(move |uri: axum::http::Uri, headers: axum::http::HeaderMap, body: bytes::Bytes| {
                 let probe = probe.clone();
-                async move { probe_route(&probe, &uri, &headers, body) }
+                async move { probe_route(&probe, &uri, &headers, body).await }
             });
         app = app
             .route(PROBE_PATH, handler.clone())
@@ -174,7 +174,7 @@ const PROBE_PATH: &str = "/debug/route";
 
 /// One probe: the URL after [`PROBE_PATH`] is the inference path, the headers and body are the request's.
 /// Errors before scheduling are answered as the ext_proc path answers them (status and body).
-fn probe_route(
+async fn probe_route(
     probe: &RouteProbe,
     uri: &axum::http::Uri,
     headers: &axum::http::HeaderMap,
@@ -199,7 +199,7 @@ fn probe_route(
         body: body.to_vec(),
         seed,
     };
-    match probe.explain(request).map(|answer| serde_json::to_vec_pretty(&answer)) {
+    match probe.explain(request).await.map(|answer| serde_json::to_vec_pretty(&answer)) {
         Ok(Ok(json)) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
         Ok(Err(e)) => fail(RequestError::internal(format!("encoding the explanation: {e}"))),
         Err(e) => fail(e),

@@ -46,7 +46,7 @@ use crate::flowcontrol::{Admission, DispatchTicket, FlowRequest};
 use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
 use crate::request::{Headers, PolicyStore, TokenEstimator};
-use crate::scheduling::{Candidate, Observer, Pipeline, SchedulerMetrics};
+use crate::scheduling::{Candidate, Observer, Pipeline, SchedulerMetrics, SchedulingRequest};
 
 const NO_CANDIDATES: &str = "failed to find endpoint candidates for serving the request";
 
@@ -178,7 +178,7 @@ impl Director {
         // subset is empty; the ticket keeps it counted as pending load until `finish` registers it.
         let ticket = self.admit(req, &prepared).await.map_err(fail)?;
         let mut candidates = self.candidates(req).map_err(fail)?;
-        let token_ids = self.token_ids(req, &prepared).await;
+        let token_ids = self.token_ids(&prepared.scheduling_request(req, Instant::now())).await;
         let processing_started = Instant::now();
         let mut sreq = prepared.scheduling_request(req, processing_started);
         sreq.token_ids = token_ids.as_deref();
@@ -198,9 +198,8 @@ impl Director {
 
     /// The request's token ids from the pipeline's `token-producer`, when it has one (precise prefix
     /// matching reads them); outside the scheduling time, as the wait for admission is.
-    async fn token_ids(&self, req: &IncomingRequest, prepared: &Prepared) -> Option<Vec<u32>> {
-        let producer = self.pipeline.token_producer()?;
-        producer.tokenize(&prepared.scheduling_request(req, Instant::now())).await
+    async fn token_ids(&self, sreq: &SchedulingRequest<'_>) -> Option<Vec<u32>> {
+        self.pipeline.token_producer()?.tokenize(sreq).await
     }
 
     /// The async step: with flow control, waits until the request may be scheduled (its ticket), or

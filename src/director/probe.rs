@@ -166,14 +166,18 @@ impl RouteProbe {
 
     /// Explains where `probe` would be routed now, or the error the ext_proc path would answer before
     /// scheduling (400 for a bad body or header, 503 for no candidates).
-    pub fn explain(&self, probe: ProbeRequest) -> Result<RouteExplanation, RequestError> {
+    pub async fn explain(&self, probe: ProbeRequest) -> Result<RouteExplanation, RequestError> {
         let d = &self.shadow;
         let seed = probe.seed.unwrap_or_else(rand::random);
         let mut rng = SmallRng::seed_from_u64(seed);
         let req = incoming(probe);
         let prepared = d.prepare(&req, &mut rng).map_err(|(e, _)| e)?;
         let (mut candidates, excluded_by_health) = self.candidates(&req)?;
-        let sreq = SchedulingRequest { dry_run: true, ..prepared.scheduling_request(&req, Instant::now()) };
+        let mut sreq =
+            SchedulingRequest { dry_run: true, ..prepared.scheduling_request(&req, Instant::now()) };
+        // As the ext_proc path does: precise prefix matching needs the request's token ids.
+        let token_ids = d.token_ids(&sreq).await;
+        sreq.token_ids = token_ids.as_deref();
         let explained =
             explain(&d.pipeline, d.admission.shedding_detector(), &sreq, &mut candidates, &mut rng);
         let pick = explained.outcome.as_ref().ok().map(|decision| PickView {

@@ -72,12 +72,12 @@ fn probe_request(headers: &[(&str, &str)], body: &str) -> ProbeRequest {
     }
 }
 
-#[test]
-fn the_explanation_names_the_filter_each_scorer_and_the_pick() {
+#[tokio::test]
+async fn the_explanation_names_the_filter_each_scorer_and_the_pick() {
     let d = director(&config(Some("header-based-testing-filter"), "max-score-picker"));
     let probe = RouteProbe::new(&d);
     let selection = [(TEST_SELECTION_HEADER, "10.0.0.1:8000,10.0.0.3:8000")];
-    let answer = probe.explain(probe_request(&selection, BODY)).expect("explained");
+    let answer = probe.explain(probe_request(&selection, BODY)).await.expect("explained");
 
     assert_eq!((answer.model.as_str(), answer.target_model.as_str()), ("m", "m"));
     assert_eq!(answer.candidates.len(), 3);
@@ -105,11 +105,11 @@ fn the_explanation_names_the_filter_each_scorer_and_the_pick() {
     assert_eq!(answer.primary_profile.as_deref(), Some("default"));
 }
 
-#[test]
-fn a_request_nothing_can_serve_is_refused_but_still_explained() {
+#[tokio::test]
+async fn a_request_nothing_can_serve_is_refused_but_still_explained() {
     let d = director(&config(Some("header-based-testing-filter"), "max-score-picker"));
     // A blank selection keeps nothing (GIE's behaviour): the ext_proc path answers 429.
-    let answer = RouteProbe::new(&d).explain(probe_request(&[], BODY)).expect("explained");
+    let answer = RouteProbe::new(&d).explain(probe_request(&[], BODY)).await.expect("explained");
     assert!(answer.pick.is_none());
     let refusal = answer.refusal.expect("refused");
     assert_eq!(refusal.status, 429);
@@ -122,8 +122,8 @@ fn a_request_nothing_can_serve_is_refused_but_still_explained() {
     assert!(profile.picked.is_empty());
 }
 
-#[test]
-fn the_pick_is_decides_primary_for_the_same_seed_and_snapshot() {
+#[tokio::test]
+async fn the_pick_is_decides_primary_for_the_same_seed_and_snapshot() {
     let d = director(&config(None, "random-picker"));
     let mut picked = std::collections::HashSet::new();
     for seed in 0..48u64 {
@@ -151,16 +151,16 @@ fn the_pick_is_decides_primary_for_the_same_seed_and_snapshot() {
     assert!(picked.len() > 1, "{picked:?}");
 }
 
-#[test]
-fn probing_books_nothing_and_sees_what_decide_booked() {
+#[tokio::test]
+async fn probing_books_nothing_and_sees_what_decide_booked() {
     let d = director(&config(None, "max-score-picker"));
     let probe = RouteProbe::new(&d);
-    let inflight = |probe: &RouteProbe| -> Vec<i64> {
-        let answer = probe.explain(probe_request(&[], BODY)).expect("explained");
+    async fn inflight(probe: &RouteProbe) -> Vec<i64> {
+        let answer = probe.explain(probe_request(&[], BODY)).await.expect("explained");
         answer.candidates.iter().map(|c| c.inflight_requests).collect()
-    };
+    }
     for _ in 0..5 {
-        assert_eq!(inflight(&probe), [0, 0, 0]);
+        assert_eq!(inflight(&probe).await, [0, 0, 0]);
     }
     // One real decision: its pre-request hooks count it in flight on b, and the probe sees that.
     let req = IncomingRequest {
@@ -175,39 +175,39 @@ fn probing_books_nothing_and_sees_what_decide_booked() {
     let mut rng = SmallRng::seed_from_u64(0);
     let decided = decide(&d.pipeline, None, &sreq, &mut candidates, &mut rng, &NoopObserver, &mut |_| {});
     assert_eq!(decided.expect("decided").primary().name, "b");
-    assert_eq!(inflight(&probe), [0, 1, 0]);
+    assert_eq!(inflight(&probe).await, [0, 1, 0]);
 }
 
-#[test]
-fn bad_bodies_and_slo_headers_get_prepares_400() {
+#[tokio::test]
+async fn bad_bodies_and_slo_headers_get_prepares_400() {
     let d = director(&config(None, "max-score-picker"));
     let probe = RouteProbe::new(&d);
     let cases: [(&[(&str, &str)], &str); 3] =
         [(&[], "{not json"), (&[("x-slo-ttft-ms", "soon")], BODY), (&[], "")];
     for (headers, body) in cases {
-        let err = probe.explain(probe_request(headers, body)).expect_err("rejected");
+        let err = probe.explain(probe_request(headers, body)).await.expect_err("rejected");
         let req = incoming(probe_request(headers, body));
         let (expected, _) = d.prepare(&req, &mut SmallRng::seed_from_u64(1)).expect_err("prepare rejects");
         assert_eq!(err.code, ErrorCode::BadRequest);
         assert_eq!(err, expected);
     }
     let subset = [(crate::wire::SUBSET_KEY, "10.0.0.2:8000,pod-a")];
-    let err = probe.explain(probe_request(&subset, BODY)).expect_err("malformed subset");
+    let err = probe.explain(probe_request(&subset, BODY)).await.expect_err("malformed subset");
     assert!(err.message.contains("pod-a") && err.code == ErrorCode::BadRequest, "{err}");
 }
 
-#[test]
-fn a_subset_header_narrows_the_candidates() {
+#[tokio::test]
+async fn a_subset_header_narrows_the_candidates() {
     let d = director(&config(None, "max-score-picker"));
     let subset = [(crate::wire::SUBSET_KEY, "10.0.0.1:8000, 10.0.0.3:8000")];
-    let answer = RouteProbe::new(&d).explain(probe_request(&subset, BODY)).expect("explained");
+    let answer = RouteProbe::new(&d).explain(probe_request(&subset, BODY)).await.expect("explained");
     let addresses: Vec<_> = answer.candidates.iter().map(|c| c.address.as_str()).collect();
     assert_eq!(addresses, ["10.0.0.1:8000", "10.0.0.3:8000"]);
     assert_eq!(answer.pick.map(|p| p.endpoint).as_deref(), Some("c"));
 }
 
-#[test]
-fn the_trace_forgets_a_removal_a_later_filter_restores() {
+#[tokio::test]
+async fn the_trace_forgets_a_removal_a_later_filter_restores() {
     let candidates: Vec<_> =
         (1..=3).map(crate::scheduling::plugins::testing::endpoint).map(Candidate::new).collect();
     let id = |name: &str| PluginId { type_name: "test", name: name.into() };
