@@ -31,8 +31,11 @@ struct SimPod {
 }
 
 impl SimPod {
-    fn start(ip: &str, kv_events_port: u16, kv_replay_port: u16) -> Self {
+    /// A pod at `ip` publishing on `kv_events_port` and replaying on `kv_replay_port`, with
+    /// `num_gpu_blocks` KV blocks of 16 tokens (the profile's default when `None`).
+    fn start(ip: &str, kv_events_port: u16, kv_replay_port: u16, num_gpu_blocks: Option<usize>) -> Self {
         let mut options = epp_sim::ServeOptions::new(MODEL);
+        options.num_gpu_blocks = num_gpu_blocks;
         options.host = ip.to_string();
         options.name_prefix = ip.to_string();
         options.time_scale = 20.0;
@@ -94,7 +97,7 @@ async fn served_by(client: &reqwest::Client, url: &str, body: &serde_json::Value
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_prefixes_go_where_the_engines_say_they_are_from_either_epp() {
     let (kv_port, replay_port) = (free_port(), free_port());
-    let pods: Vec<SimPod> = PODS_AT.iter().map(|ip| SimPod::start(ip, kv_port, replay_port)).collect();
+    let pods: Vec<SimPod> = PODS_AT.iter().map(|ip| SimPod::start(ip, kv_port, replay_port, None)).collect();
     let endpoints = pods.iter().map(|p| p.addr.to_string()).collect::<Vec<_>>().join(",");
     let render = format!("http://{}", pods[0].addr);
     let config = format!("--config-text={}", config(&render, kv_port, replay_port));
@@ -160,4 +163,72 @@ async fn shared_prefixes_go_where_the_engines_say_they_are_from_either_epp() {
     );
     assert!(metric(&second.epp, "epp_kv_cache_events_replays_total") >= 2.0);
     routes_home(second.url("/v1/chat/completions"), home.clone()).await;
+}
+
+/// The probe's prefix match for `body` on each pod, in `pods` order (0 where it shows none).
+async fn probed_matches(
+    client: &reqwest::Client,
+    epp: &Epp,
+    pods: &[SimPod],
+    body: &serde_json::Value,
+) -> Vec<u64> {
+    let url = format!("http://127.0.0.1:{}/debug/route/v1/chat/completions", epp.metrics_port);
+    let probe = read_json(post_json(client, &url, body).await).await;
+    let matched =
+        |pod: &SimPod| probe_candidate(&probe, &pod.addr.to_string())?["prefix_match_blocks"].as_u64();
+    pods.iter().map(|pod| matched(pod).unwrap_or(0)).collect()
+}
+
+/// Both pods cached a conversation's system prompt (requests sent to them directly, which epp never
+/// routed); then one evicts it under other traffic (a small KV cache). The engine's `BlockRemoved`
+/// events tell epp, so the conversation goes to the pod that still holds it: what approximate routing,
+/// which saw none of this traffic, cannot know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_one_engine_evicted_goes_to_the_engine_still_holding_it() {
+    const EVICTING_AT: [&str; 2] = ["127.0.0.7", "127.0.0.8"];
+    let (kv_port, replay_port) = (free_port(), free_port());
+    // 100 blocks of 16 tokens: the system prompt takes about a quarter, each flood prompt three quarters.
+    let pods: Vec<SimPod> =
+        EVICTING_AT.iter().map(|ip| SimPod::start(ip, kv_port, replay_port, Some(100))).collect();
+    let endpoints = pods.iter().map(|p| p.addr.to_string()).collect::<Vec<_>>().join(",");
+    let config =
+        format!("--config-text={}", config(&format!("http://{}", pods[0].addr), kv_port, replay_port));
+    let test = "a_prefix_one_engine_evicted_goes_to_the_engine_still_holding_it";
+    let args = [config.as_str(), "--enable-route-probe"];
+    let Some(stack) = start_epp_behind_envoy(test, "envoy-full-duplex.yaml", &endpoints, &args, &[]) else {
+        return;
+    };
+    let client = http_client();
+    let system = "You review restaurants for a food guide. ".repeat(40);
+    let direct = |pod: &SimPod| format!("http://{}/v1/chat/completions", pod.addr);
+    for pod in &pods {
+        let response = post_json(&client, &direct(pod), &chat(&system, "warm-up")).await;
+        assert_eq!(response.status(), 200, "{}", read_text(response).await);
+    }
+    let probe_body = chat(&system, "which dish?");
+    let both = wait_until_async(Duration::from_secs(30), || {
+        let fetch = probed_matches(&client, &stack.epp, &pods, &probe_body);
+        async { fetch.await.iter().all(|&blocks| blocks > 0) }
+    })
+    .await;
+    assert!(both, "both pods' events should show the prompt cached");
+    // Pod 1 serves other long prompts until the system prompt's blocks are reused.
+    for n in 0..3 {
+        let flood = chat(&format!("Unrelated document {n}: ").repeat(150), "summarise");
+        let response = post_json(&client, &direct(&pods[1]), &flood).await;
+        assert_eq!(response.status(), 200, "{}", read_text(response).await);
+    }
+    let evicted = wait_until_async(Duration::from_secs(30), || {
+        let fetch = probed_matches(&client, &stack.epp, &pods, &probe_body);
+        async { matches!(fetch.await.as_slice(), [held, 0] if *held > 0) }
+    })
+    .await;
+    let matches = probed_matches(&client, &stack.epp, &pods, &probe_body).await;
+    assert!(evicted, "pod 1's evictions should have reached epp, and pod 0 still hold it: {matches:?}");
+    let holder = pods[0].addr.ip().to_string();
+    for n in 0..6 {
+        let body = chat(&system, &format!("question {n}"));
+        assert_eq!(served_by(&client, &stack.url("/v1/chat/completions"), &body).await, holder);
+    }
+    assert!(metric(&stack.epp, "llm_d_epp_kv_cache_index_evictions_total") > 0.0);
 }
