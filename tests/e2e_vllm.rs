@@ -8,7 +8,8 @@
 //! stream and not with usage counted as vLLM counts it; a shared prefix lands where it is cached, so the
 //! real `vllm:prefix_cache_hits_total` rises by every block that could hit; epp's KV-event subscribers,
 //! on the replicas' own ZMQ publishers, index that prefix on the replica that holds it and nowhere else;
-//! vLLM's own errors pass through. And, without an engine, vLLM's own publisher classes replay to a
+//! vLLM's own errors pass through; epp's in-process tokenizer (the model's tokenizer.json) gives the token
+//! ids vLLM's `/tokenize` gives. And, without an engine, vLLM's own publisher classes replay to a
 //! subscriber that connects late (e2e_vllm/publisher.rs).
 //!
 //! What a real cluster would add: GPU timing and KV pressure (1 GiB of KV cache here, 364 blocks), many
@@ -101,4 +102,5 @@ async fn epp_in_front_of_real_vllm() {
     let shared = phases::a_shared_prefix_hits_vllms_prefix_cache(&fleet, &client).await;
     events.holds_the_shared_prefix(&fleet, &client, &shared).await;
     phases::vllms_errors_pass_through(&fleet, &client).await;
+    phases::in_process_tokens_are_vllms(&fleet, &client).await;
 }

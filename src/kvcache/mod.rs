@@ -18,6 +18,7 @@ mod block_keys;
 mod events;
 mod frames;
 mod index;
+mod local_tokens;
 mod msgpack;
 mod pool;
 mod render;
@@ -35,6 +36,9 @@ pub use frames::{
     REPLAY_END_SEQ,
 };
 pub use index::{Applied, EndpointId, KvIndex, PrefixMatch, TierWeights, DEFAULT_MAX_BLOCKS};
+#[cfg(test)]
+pub(crate) use local_tokens::tests::word_tokenizer_file as local_tokens_test_file;
+pub use local_tokens::{completions_prompt, LocalTokenizer, LocalTokensError, Prompt};
 pub use pool::{spawn_pool, KvEventPool, PoolConfig, PoolTask, Subscribers};
 pub use render::{parse_rendered, RenderApi, RenderClient, RenderConfig, RenderError};
 pub use subscriber::{

@@ -22,13 +22,15 @@ pub struct KvCacheMetrics {
     pub index_blocks: Gauge,
     pub token_requests: Counter,
     pub token_failures: Counter,
+    /// Requests whose token ids came without a render call (given as ids, or tokenized in process).
+    pub token_local: Counter,
 }
 
 impl KvCacheMetrics {
     pub(crate) fn register(r: &MetricsRegistry) -> Arc<Self> {
         let m = Self::default();
         let e = &m.events;
-        let counters: [(&str, &str, &Counter); 16] = [
+        let counters: [(&str, &str, &Counter); 17] = [
             ("llm_d_epp_kv_cache_events_messages_received", "KV-event messages received", &e.messages),
             ("llm_d_epp_kv_cache_events_stores_skipped", "BlockStored events not indexed", &e.stores_skipped),
             (
@@ -69,6 +71,7 @@ impl KvCacheMetrics {
                 &m.token_requests,
             ),
             ("epp_token_producer_failures", "Requests left without token ids", &m.token_failures),
+            ("epp_token_producer_local", "Requests tokenized without a render call", &m.token_local),
         ];
         for (name, help, counter) in counters {
             r.register(name, help, counter.clone());

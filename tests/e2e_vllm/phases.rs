@@ -261,3 +261,30 @@ pub(crate) async fn vllms_errors_pass_through(fleet: &VllmFleet, client: &reqwes
     let settled = wait_for_gauges_zero(|| fleet.epp_metrics(), &gauges).await;
     assert!(settled.is_ok(), "in-flight gauges never returned to 0: {settled:?}");
 }
+
+/// `token-producer`'s in-process tokenizer, on the model's own tokenizer.json (.vllm-model, which vLLM
+/// loads too), gives exactly the ids vLLM's `/tokenize` gives for completions prompts, special tokens
+/// included; and prints vLLM's round trip (the in-process cost is `cargo bench --bench kvcache`'s, on
+/// the same text in a release build: this test binary is a debug build).
+pub(crate) async fn in_process_tokens_are_vllms(fleet: &VllmFleet, client: &reqwest::Client) {
+    let tokenizer = epp::kvcache::LocalTokenizer::load(&manifest_dir().join(".vllm-model/tokenizer.json"))
+        .expect("the model's tokenizer.json loads");
+    let long = "The quick brown fox jumps over the lazy dog, again and again. ".repeat(100);
+    let prompts = ["Hello, world!", "  leading spaces, émojis 🍜 and ünïcödé\n\tnew lines", long.as_str()];
+    let url = format!("http://{}/tokenize", fleet.replicas[0].address());
+    for prompt in prompts {
+        let started = std::time::Instant::now();
+        let answer =
+            read_json(post_json(client, &url, &json!({"model": MODEL, "prompt": prompt})).await).await;
+        let round_trip = started.elapsed();
+        let vllm: Vec<u32> = answer["tokens"]
+            .as_array()
+            .unwrap_or_else(|| panic!("/tokenize: {answer}"))
+            .iter()
+            .filter_map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+            .collect();
+        let ours = tokenizer.encode(prompt).expect("encodes");
+        assert_eq!(ours, vllm, "in-process tokens differ from vLLM's for {prompt:?}");
+        eprintln!("FIGURE tokens: {} tokens equal; vLLM /tokenize round trip {round_trip:?}", ours.len());
+    }
+}

@@ -6,6 +6,10 @@
 //! an engine's blocks, so rather than index guesses, precise matching is skipped for the request (it scores
 //! no prefix anywhere) and the failure is counted. `udsTokenizerConfig` (llm-d's tokenizer sidecar over a
 //! Unix socket) is refused with an error saying to use `vllm`.
+//!
+//! Beyond llm-d: `tokenizerFile` (the model's `tokenizer.json`) tokenizes completions prompts in process
+//! ([`crate::kvcache::LocalTokenizer`]; chat still goes to render, which alone applies the chat template
+//! exactly), and a prompt given as token ids is used as it is, with no call at all.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +17,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde::Deserialize;
 
-use crate::kvcache::{RenderApi, RenderClient, RenderConfig};
+use crate::kvcache::{completions_prompt, LocalTokenizer, Prompt, RenderApi, RenderClient, RenderConfig};
 use crate::request::ApiKind;
 use crate::scheduling::{
     parse_params, BuiltPlugin, FactoryContext, KvCacheMetrics, PluginError, SchedulingRequest, TokenProducer,
@@ -29,6 +33,8 @@ struct Params {
     vllm: Option<VllmParams>,
     uds_tokenizer_config: Option<serde_json::Value>,
     estimate: Option<serde_json::Value>,
+    /// epp's own: the model's `tokenizer.json`, for completions prompts.
+    tokenizer_file: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -47,7 +53,27 @@ struct VllmParams {
 #[derive(Debug)]
 pub(crate) struct RenderTokenProducer {
     client: Option<RenderClient>,
+    local: Option<LocalTokenizer>,
     metrics: Arc<KvCacheMetrics>,
+}
+
+impl RenderTokenProducer {
+    /// A completions prompt's ids without a network call: given as ids, or tokenized in process (off the
+    /// async workers: an 8k-token prompt takes milliseconds). `None` leaves the request to render.
+    async fn local_ids(&self, req: &SchedulingRequest<'_>) -> Option<Result<Vec<u32>, String>> {
+        match completions_prompt(req.parsed?, req.body)? {
+            Prompt::TokenIds(ids) => Some(Ok(ids)),
+            Prompt::Text(text) => {
+                let tokenizer = self.local.clone()?;
+                let encoded = tokio::task::spawn_blocking(move || tokenizer.encode(&text)).await;
+                Some(match encoded {
+                    Ok(Ok(ids)) => Ok(ids),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                })
+            }
+        }
+    }
 }
 
 impl TokenProducer for RenderTokenProducer {
@@ -67,6 +93,19 @@ impl TokenProducer for RenderTokenProducer {
                     self.metrics.token_failures.inc();
                 }
             };
+            if let Some(local) = self.local_ids(req).await {
+                if record {
+                    self.metrics.token_local.inc();
+                }
+                return match local {
+                    Ok(ids) => Some(ids),
+                    Err(error) => {
+                        failed();
+                        tracing::debug!(request_id = req.request_id, %error, "no token ids for the request");
+                        None
+                    }
+                };
+            }
             let Some(client) = &self.client else {
                 failed();
                 return None;
@@ -127,7 +166,46 @@ pub(crate) fn factory(
             Some(RenderClient::new(config).map_err(|e| err(e.to_string()))?)
         }
     };
-    tracing::debug!(plugin = name, model = ?p.model_name, render = client.is_some(), "token producer");
-    let producer = Arc::new(RenderTokenProducer { client, metrics: ctx.metrics.kv_cache.clone() });
+    let local = match p.tokenizer_file.as_deref() {
+        None => None,
+        Some(path) => Some(
+            LocalTokenizer::load(std::path::Path::new(path))
+                .map_err(|e| err(format!("parameter `tokenizerFile`: {e}")))?,
+        ),
+    };
+    tracing::debug!(plugin = name, model = ?p.model_name, render = client.is_some(), local = local.is_some(), "token producer");
+    let producer = Arc::new(RenderTokenProducer { client, local, metrics: ctx.metrics.kv_cache.clone() });
     Ok(BuiltPlugin::new(TYPE_NAME, name).token_producer(producer))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::kvcache::local_tokens_test_file;
+    use crate::scheduling::plugins::testing::{assert_rejects, ctx, RequestFixture};
+
+    #[tokio::test]
+    async fn completions_prompts_are_tokenized_in_process_and_chat_without_render_gets_none() {
+        let file = local_tokens_test_file();
+        let params = json!({"tokenizerFile": file.path().to_str().expect("utf-8 path")});
+        let context = ctx();
+        let built = factory("p", Some(&params), &context).expect("builds");
+        let producer = built.token_producer.expect("a token producer");
+        let completion = RequestFixture::with_prompt("m", r#""hello world""#);
+        assert_eq!(producer.tokenize(&completion.request()).await, Some(vec![1, 2]));
+        let given = RequestFixture::with_prompt("m", "[7,8,9]");
+        assert_eq!(producer.tokenize(&given.request()).await, Some(vec![7, 8, 9]), "ids are used as given");
+        let mut chat = RequestFixture::with_prompt("m", r#"[{"role":"user","content":"hello"}]"#);
+        chat.parsed.api = crate::request::ApiKind::ChatCompletions;
+        assert_eq!(producer.tokenize(&chat.request()).await, None, "a chat template needs render");
+        let metrics = &context.metrics.kv_cache;
+        assert_eq!(
+            (metrics.token_requests.get(), metrics.token_local.get(), metrics.token_failures.get()),
+            (3, 2, 1)
+        );
+        assert_rejects(factory, json!({"tokenizerFile": "/nonexistent/tokenizer.json"}), "tokenizerFile");
+        assert_rejects(factory, json!({"udsTokenizerConfig": {}}), "udsTokenizerConfig");
+    }
 }
