@@ -17,7 +17,6 @@
 mod discovery_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,7 +26,7 @@ use epp::app::Server;
 use epp::cli::Cli;
 use epp_testkit::kube_api::objects::{inference_pool, pod, terminating};
 use epp_testkit::kube_api::{inference_pools, FakeKubeApi, PODS};
-use epp_testkit::{envoy_or_skip, http_client, start_envoy_on_free_ports};
+use epp_testkit::{envoy_or_skip, http_client, start_envoy_on_free_ports, SimPod};
 use serde_json::json;
 
 const MODEL: &str = "food-review";
@@ -36,55 +35,14 @@ const PODS_AT: [(&str, &str); 3] = [("a", "127.0.0.2"), ("b", "127.0.0.3"), ("c"
 /// Requests in flight at any time.
 const WORKERS: usize = 3;
 
-/// One pod's model server: an `epp-sim` replica on its own runtime and thread, so that killing it closes
-/// its port and its open connections, as a pod's container dying does.
-struct SimPod {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl SimPod {
-    /// Starts the replica named `name` on `ip:port` (port 0: any); replies carry `x-sim-replica: <name>-<port>`.
-    fn start(name: &str, ip: &str, port: u16) -> Self {
-        let mut options = epp_sim::ServeOptions::new(MODEL);
-        options.host = ip.to_string();
-        options.port = port;
-        options.name_prefix = name.to_string();
-        options.time_scale = 20.0;
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let runtime =
-                tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            runtime.block_on(async move {
-                let addrs = epp_sim::serve(options).await.map_err(|e| e.to_string());
-                let started = addrs.as_ref().map(|a| a.first().copied()).is_ok_and(|a| a.is_some());
-                let _ = addr_tx.send(addrs);
-                if started {
-                    let _ = stopped.await;
-                }
-            });
-        });
-        let addrs = addr_rx.recv().expect("the replica's thread answers").expect("epp-sim starts");
-        Self { addr: addrs[0], stop: Some(stop), thread: Some(thread) }
-    }
-
-    /// Kills the server: its runtime is dropped with every task, listener and connection.
-    fn kill(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for SimPod {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// One pod's model server, on `ip:port` (port 0: any); replies carry `x-sim-replica: <name>-<port>`.
+fn sim_pod(name: &str, ip: &str, port: u16) -> SimPod {
+    let mut options = epp_sim::ServeOptions::new(MODEL);
+    options.host = ip.to_string();
+    options.port = port;
+    options.name_prefix = name.to_string();
+    options.time_scale = 20.0;
+    SimPod::start(options)
 }
 
 /// What one request saw.
@@ -223,11 +181,11 @@ async fn scaling_the_pool_moves_traffic_and_fails_no_request_off_a_removed_pod()
         return;
     }
     // Every pod's server on the same port, as a pool's pods share the target port.
-    let first = SimPod::start(PODS_AT[0].0, PODS_AT[0].1, 0);
+    let first = sim_pod(PODS_AT[0].0, PODS_AT[0].1, 0);
     let port = first.addr.port();
     let mut sims: BTreeMap<&str, SimPod> = BTreeMap::from([(PODS_AT[0].0, first)]);
     for (name, ip) in &PODS_AT[1..] {
-        sims.insert(name, SimPod::start(name, ip, port));
+        sims.insert(name, sim_pod(name, ip, port));
     }
     let ip = |name: &str| PODS_AT.iter().find(|(n, _)| *n == name).map(|(_, ip)| *ip).unwrap_or_default();
 

@@ -14,7 +14,6 @@
 //! what its own prefix cache does, in vLLM's encoding; what it does not model is vLLM's hybrid-allocator
 //! groups and CPU offloading, which would add events of other media and groups.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use epp_testkit::*;
@@ -24,43 +23,17 @@ const MODEL: &str = "precise-model";
 /// Each pod's address: both serve on their own port, and publish KV events on one shared port.
 const PODS_AT: [&str; 2] = ["127.0.0.5", "127.0.0.6"];
 
-/// One pod: an `epp-sim` replica on its own runtime and thread.
-struct SimPod {
-    addr: SocketAddr,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
-
-impl SimPod {
-    /// A pod at `ip` publishing on `kv_events_port` and replaying on `kv_replay_port`, with
-    /// `num_gpu_blocks` KV blocks of 16 tokens (the profile's default when `None`).
-    fn start(ip: &str, kv_events_port: u16, kv_replay_port: u16, num_gpu_blocks: Option<usize>) -> Self {
-        let mut options = epp_sim::ServeOptions::new(MODEL);
-        options.num_gpu_blocks = num_gpu_blocks;
-        options.host = ip.to_string();
-        options.name_prefix = ip.to_string();
-        options.time_scale = 20.0;
-        options.kv_events_port = Some(kv_events_port);
-        options.kv_replay_port = Some(kv_replay_port);
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            runtime.block_on(async move {
-                let addrs = epp_sim::serve(options).await.map_err(|e| e.to_string());
-                let started = addrs.is_ok();
-                let _ = addr_tx.send(addrs);
-                if started {
-                    let _ = stopped.await;
-                }
-            });
-        });
-        let addrs = addr_rx.recv().expect("the replica's thread answers").expect("epp-sim starts");
-        Self { addr: addrs[0], _stop: stop }
-    }
+/// A pod at `ip` publishing KV events on `kv_events_port` and replaying on `kv_replay_port`, with
+/// `num_gpu_blocks` KV blocks of 16 tokens (the profile's default when `None`).
+fn sim_pod(ip: &str, kv_events_port: u16, kv_replay_port: u16, num_gpu_blocks: Option<usize>) -> SimPod {
+    let mut options = epp_sim::ServeOptions::new(MODEL);
+    options.num_gpu_blocks = num_gpu_blocks;
+    options.host = ip.to_string();
+    options.name_prefix = ip.to_string();
+    options.time_scale = 20.0;
+    options.kv_events_port = Some(kv_events_port);
+    options.kv_replay_port = Some(kv_replay_port);
+    SimPod::start(options)
 }
 
 /// config/precise-prefix.yaml, pointed at the simulators' render endpoint and KV-event port.
@@ -97,7 +70,7 @@ async fn served_by(client: &reqwest::Client, url: &str, body: &serde_json::Value
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_prefixes_go_where_the_engines_say_they_are_from_either_epp() {
     let (kv_port, replay_port) = (free_port(), free_port());
-    let pods: Vec<SimPod> = PODS_AT.iter().map(|ip| SimPod::start(ip, kv_port, replay_port, None)).collect();
+    let pods: Vec<SimPod> = PODS_AT.iter().map(|ip| sim_pod(ip, kv_port, replay_port, None)).collect();
     let endpoints = pods.iter().map(|p| p.addr.to_string()).collect::<Vec<_>>().join(",");
     let render = format!("http://{}", pods[0].addr);
     let config = format!("--config-text={}", config(&render, kv_port, replay_port));
@@ -189,7 +162,7 @@ async fn a_prefix_one_engine_evicted_goes_to_the_engine_still_holding_it() {
     let (kv_port, replay_port) = (free_port(), free_port());
     // 100 blocks of 16 tokens: the system prompt takes about a quarter, each flood prompt three quarters.
     let pods: Vec<SimPod> =
-        EVICTING_AT.iter().map(|ip| SimPod::start(ip, kv_port, replay_port, Some(100))).collect();
+        EVICTING_AT.iter().map(|ip| sim_pod(ip, kv_port, replay_port, Some(100))).collect();
     let endpoints = pods.iter().map(|p| p.addr.to_string()).collect::<Vec<_>>().join(",");
     let config =
         format!("--config-text={}", config(&format!("http://{}", pods[0].addr), kv_port, replay_port));

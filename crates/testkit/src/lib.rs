@@ -24,6 +24,7 @@ pub mod kube_api;
 pub mod llamacpp;
 pub mod prometheus;
 pub mod route_probe;
+pub mod sim_pod;
 pub mod stack;
 pub mod vllm;
 
@@ -41,6 +42,7 @@ pub use envoy::*;
 pub use epp_metrics::*;
 pub use http::*;
 pub use route_probe::{probe_candidate, route_probe, wait_for_probe};
+pub use sim_pod::SimPod;
 #[allow(unused_imports)] // used by the e2e tests through epp
 pub use stack::{start_epp_behind_envoy, start_stack, start_stack_with_envoy_vars, EppBehindEnvoy, Stack};
 
