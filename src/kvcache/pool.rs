@@ -150,14 +150,19 @@ impl Subscribers {
     pub fn reconcile(&mut self, endpoints: &[Arc<Endpoint>]) {
         let wanted: HashMap<SocketAddr, (String, Option<String>)> =
             endpoints.iter().map(|e| (e.addr, (self.pool.publisher_of(e), self.pool.replay_of(e)))).collect();
-        let pool = self.pool.clone();
-        self.running.retain(|addr, running| {
-            let keep = wanted.get(addr).is_some_and(|(publisher, _)| *publisher == running.publisher);
-            if !keep {
-                stop(&pool, *addr, running);
+        let gone: Vec<SocketAddr> = self
+            .running
+            .iter()
+            .filter(|(addr, running)| {
+                wanted.get(*addr).is_none_or(|(publisher, _)| *publisher != running.publisher)
+            })
+            .map(|(addr, _)| *addr)
+            .collect();
+        for addr in gone {
+            if let Some(running) = self.running.remove(&addr) {
+                stop(&self.pool, addr, running);
             }
-            keep
-        });
+        }
         for (addr, (publisher, replay)) in wanted {
             if self.running.contains_key(&addr) {
                 continue;
@@ -180,12 +185,21 @@ impl Subscribers {
     }
 }
 
-fn stop(pool: &KvEventPool, addr: SocketAddr, running: &Running) {
+/// Stops a subscriber and drops its endpoint's entries: at once, and again once the aborted task has
+/// ended, since one still applying a message when aborted could index a few more (under an id nobody
+/// reads any more, but memory all the same).
+fn stop(pool: &Arc<KvEventPool>, addr: SocketAddr, running: Running) {
     running.task.abort();
     pool.ids_mut().remove(&addr);
     let dropped = subscriber::lock(&pool.index).remove_endpoint(running.id);
     pool.stats.blocks_removed.inc_by(dropped as u64);
     tracing::debug!(endpoint = %addr, dropped, "KV-event subscriber stopped");
+    let (pool, id, task) = (pool.clone(), running.id, running.task);
+    tokio::spawn(async move {
+        let _ = task.await;
+        let late = subscriber::lock(&pool.index).remove_endpoint(id);
+        pool.stats.blocks_removed.inc_by(late as u64);
+    });
 }
 
 impl Drop for Subscribers {
