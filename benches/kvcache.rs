@@ -101,7 +101,7 @@ fn lookup(c: &mut Criterion) {
         }
     }
     let mut keys = Vec::with_capacity(512);
-    ix.hasher().extend_keys(ix.hasher().root("model"), &request, &mut keys);
+    ix.request_keys("model", &request, &mut keys);
     let mut matches: Vec<PrefixMatch> = Vec::with_capacity(100);
     // What is measured is right, whether or not a filter leaves the lookup bench out.
     ix.longest_prefix(&keys, &mut matches);
@@ -111,7 +111,7 @@ fn lookup(c: &mut Criterion) {
     group.bench_function("block_keys_8k_tokens", |b| {
         b.iter(|| {
             scratch.clear();
-            ix.hasher().extend_keys(ix.hasher().root("model"), black_box(&request), &mut scratch);
+            ix.request_keys("model", black_box(&request), &mut scratch);
         });
     });
     group.bench_function("longest_prefix_512_blocks_100_endpoints", |b| {

@@ -127,6 +127,14 @@ impl KvIndex {
         &self.hasher
     }
 
+    /// A request's block keys, what [`longest_prefix`](Self::longest_prefix) and
+    /// [`speculate`](Self::speculate) take: its token ids' full blocks, chained from `model`'s root (the
+    /// target model after rewrites, or the LoRA adapter), into `keys` (cleared first).
+    pub fn request_keys(&self, model: &str, tokens: &[u32], keys: &mut Vec<u64>) {
+        keys.clear();
+        self.hasher.extend_keys(self.hasher.root(model), tokens, keys);
+    }
+
     /// Distinct epp blocks held by at least one endpoint.
     pub fn len(&self) -> usize {
         self.blocks.len()

@@ -34,7 +34,7 @@ fn removed(hashes: &[u64]) -> KvEvent {
 fn request(index: &KvIndex, model: &str, tokens: std::ops::Range<u32>) -> Vec<u64> {
     let mut keys = Vec::new();
     let tokens: Vec<u32> = tokens.collect();
-    index.hasher().extend_keys(index.hasher().root(model), &tokens, &mut keys);
+    index.request_keys(model, &tokens, &mut keys);
     keys
 }
 
@@ -166,7 +166,7 @@ fn real_vllm_events_index_their_own_tokens() {
         }
     }
     let mut keys = Vec::new();
-    ix.hasher().extend_keys(ix.hasher().root("smol"), &tokens, &mut keys);
+    ix.request_keys("smol", &tokens, &mut keys);
     assert_eq!(keys.len(), 16);
     let mut out = Vec::new();
     ix.longest_prefix(&keys, &mut out);

@@ -209,21 +209,13 @@ impl KvEventsFollower {
         client: &reqwest::Client,
         shared: &str,
     ) {
-        let tokenize = format!("http://{}/tokenize", fleet.replicas[0].address());
-        let answer =
-            read_json(post_json(client, &tokenize, &json!({"model": MODEL, "prompt": shared})).await).await;
-        let tokens: Vec<u32> = answer["tokens"]
-            .as_array()
-            .unwrap_or_else(|| panic!("/tokenize: {answer}"))
-            .iter()
-            .filter_map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
-            .collect();
+        let tokens = vllm_tokens(fleet, client, shared).await;
         let stored_blocks = tokens.len() as u64 / VLLM_CPU_BLOCK_SIZE * (VLLM_CPU_BLOCK_SIZE / 16);
         let mut matches = Vec::new();
         let found = wait_until_async(PROPAGATION_DEADLINE, || {
             let index = self.index.read().expect("index");
             let mut keys = Vec::new();
-            index.hasher().extend_keys(index.hasher().root(MODEL), &tokens, &mut keys);
+            index.request_keys(MODEL, &tokens, &mut keys);
             index.longest_prefix(&keys, &mut matches);
             let ok = matches.len() == 1 && matches[0].blocks as u64 >= stored_blocks;
             async move { ok }
@@ -271,20 +263,24 @@ pub(crate) async fn in_process_tokens_are_vllms(fleet: &VllmFleet, client: &reqw
         .expect("the model's tokenizer.json loads");
     let long = "The quick brown fox jumps over the lazy dog, again and again. ".repeat(100);
     let prompts = ["Hello, world!", "  leading spaces, émojis 🍜 and ünïcödé\n\tnew lines", long.as_str()];
-    let url = format!("http://{}/tokenize", fleet.replicas[0].address());
     for prompt in prompts {
         let started = std::time::Instant::now();
-        let answer =
-            read_json(post_json(client, &url, &json!({"model": MODEL, "prompt": prompt})).await).await;
+        let vllm = vllm_tokens(fleet, client, prompt).await;
         let round_trip = started.elapsed();
-        let vllm: Vec<u32> = answer["tokens"]
-            .as_array()
-            .unwrap_or_else(|| panic!("/tokenize: {answer}"))
-            .iter()
-            .filter_map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
-            .collect();
         let ours = tokenizer.encode(prompt).expect("encodes");
         assert_eq!(ours, vllm, "in-process tokens differ from vLLM's for {prompt:?}");
         eprintln!("FIGURE tokens: {} tokens equal; vLLM /tokenize round trip {round_trip:?}", ours.len());
     }
+}
+
+/// `prompt`'s token ids as the first replica's `/tokenize` gives them (special tokens included).
+async fn vllm_tokens(fleet: &VllmFleet, client: &reqwest::Client, prompt: &str) -> Vec<u32> {
+    let url = format!("http://{}/tokenize", fleet.replicas[0].address());
+    let answer = read_json(post_json(client, &url, &json!({"model": MODEL, "prompt": prompt})).await).await;
+    answer["tokens"]
+        .as_array()
+        .unwrap_or_else(|| panic!("/tokenize: {answer}"))
+        .iter()
+        .filter_map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+        .collect()
 }

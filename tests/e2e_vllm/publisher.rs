@@ -61,7 +61,7 @@ async fn vllms_own_publisher_replays_to_a_late_subscriber() {
         let index = read_index(&index);
         let tokens: Vec<u32> = tokens.collect();
         let mut keys = Vec::new();
-        index.hasher().extend_keys(index.hasher().root("smol"), &tokens, &mut keys);
+        index.request_keys("smol", &tokens, &mut keys);
         let mut out = Vec::new();
         index.longest_prefix(&keys, &mut out);
         out.iter().find(|m| m.endpoint == id).map(|m| (m.blocks, m.weighted))

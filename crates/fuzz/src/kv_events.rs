@@ -66,7 +66,7 @@ fn index_payload(payload: &[u8]) {
         index.apply(ENDPOINT, "model", event);
     }
     let mut keys = Vec::new();
-    index.hasher().extend_keys(index.hasher().root("model"), &tokens, &mut keys);
+    index.request_keys("model", &tokens, &mut keys);
     let mut matches = Vec::new();
     index.longest_prefix(&keys, &mut matches);
     for m in &matches {

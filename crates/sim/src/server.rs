@@ -162,6 +162,17 @@ impl ServeOptions {
         if self.port as usize + self.profiles.len() - 1 > u16::MAX as usize && self.port != 0 {
             return Err(SimError::Invalid("--port + --replicas runs past port 65535".into()));
         }
+        if self.kv_replay_port.is_some() && self.kv_events_port.is_none() {
+            return Err(SimError::Invalid("--kv-replay-port needs --kv-events-port".into()));
+        }
+        let kv_ports = [("--kv-events-port", self.kv_events_port), ("--kv-replay-port", self.kv_replay_port)];
+        for (flag, base) in kv_ports.iter().filter_map(|(flag, port)| Some((flag, (*port)?))) {
+            if base == 0 || usize::from(base) + self.profiles.len() - 1 > usize::from(u16::MAX) {
+                return Err(SimError::Invalid(format!(
+                    "{flag} {base}: replica i uses it + i, within 1-65535"
+                )));
+            }
+        }
         for index in 0..self.profiles.len() {
             self.engine_config(index).map(|c| c.validate()).transpose()?;
         }
@@ -262,11 +273,12 @@ async fn kv_publisher(
     block_size: usize,
 ) -> Result<Option<KvPublisher>, SimError> {
     let Some(base) = options.kv_events_port else { return Ok(None) };
-    let port = u16::try_from(usize::from(base) + index).unwrap_or(u16::MAX);
+    // validate() keeps base + index within u16.
+    let port = base.saturating_add(index as u16);
     let bind = format!("tcp://{}:{port}", options.host);
     let topic = format!("kv@{}:{}@{}", options.host, addr.port(), options.model);
     let replay = options.kv_replay_port.map(|base| {
-        let port = u16::try_from(usize::from(base) + index).unwrap_or(u16::MAX);
+        let port = base.saturating_add(index as u16);
         format!("tcp://{}:{port}", options.host)
     });
     KvPublisher::bind(&bind, replay.as_deref(), topic, block_size)

@@ -345,6 +345,8 @@ async fn invalid_options_are_clear_errors() {
         ServeOptions { max_num_seqs: Some(0), ..options() },
         ServeOptions { profiles: vec![], ..options() },
         ServeOptions { lora_modules: vec!["".into()], ..options() },
+        ServeOptions { kv_replay_port: Some(5558), ..options() },
+        ServeOptions { kv_events_port: Some(0), ..options() },
     ];
     for opts in bad {
         let err = serve(opts).await.unwrap_err();

@@ -107,11 +107,9 @@ impl DataProducer for PrecisePrefixCacheProducer {
         }
         KEYS.with_borrow_mut(|keys| {
             HELD.with_borrow_mut(|held| {
-                keys.clear();
                 let blocks = {
                     let index = read_index(self.pool.index());
-                    let hasher = index.hasher();
-                    hasher.extend_keys(hasher.root(req.target_model), tokens, keys);
+                    index.request_keys(req.target_model, tokens, keys);
                     index.longest_prefix(keys, held);
                     index.len()
                 };
@@ -142,11 +140,9 @@ impl PreRequest for PrecisePrefixCacheProducer {
             return;
         };
         KEYS.with_borrow_mut(|keys| {
-            keys.clear();
             let mut index = lock_index(self.pool.index());
             index.expire_speculation(req.now);
-            let hasher = index.hasher();
-            hasher.extend_keys(hasher.root(req.target_model), tokens, keys);
+            index.request_keys(req.target_model, tokens, keys);
             index.speculate(id, keys, req.now + ttl);
         });
     }

@@ -49,15 +49,16 @@ struct VllmParams {
     max_response_bytes: Option<usize>,
 }
 
-/// The producer: a render client, or none (`estimate`).
+/// The producer: the model's tokenizer for completions prompts, a render client for the rest, or neither
+/// (`estimate`).
 #[derive(Debug)]
-pub(crate) struct RenderTokenProducer {
+pub(crate) struct RequestTokenizer {
     client: Option<RenderClient>,
     local: Option<LocalTokenizer>,
     metrics: Arc<KvCacheMetrics>,
 }
 
-impl RenderTokenProducer {
+impl RequestTokenizer {
     /// A completions prompt's ids without a network call: given as ids, or tokenized in process (off the
     /// async workers: an 8k-token prompt takes milliseconds). `None` leaves the request to render.
     async fn local_ids(&self, req: &SchedulingRequest<'_>) -> Option<Result<Vec<u32>, String>> {
@@ -76,7 +77,7 @@ impl RenderTokenProducer {
     }
 }
 
-impl TokenProducer for RenderTokenProducer {
+impl TokenProducer for RequestTokenizer {
     fn tokenize<'a>(&'a self, req: &'a SchedulingRequest<'a>) -> BoxFuture<'a, Option<Vec<u32>>> {
         Box::pin(async move {
             let api = match req.parsed.map(|p| p.api) {
@@ -174,7 +175,7 @@ pub(crate) fn factory(
         ),
     };
     tracing::debug!(plugin = name, model = ?p.model_name, render = client.is_some(), local = local.is_some(), "token producer");
-    let producer = Arc::new(RenderTokenProducer { client, local, metrics: ctx.metrics.kv_cache.clone() });
+    let producer = Arc::new(RequestTokenizer { client, local, metrics: ctx.metrics.kv_cache.clone() });
     Ok(BuiltPlugin::new(TYPE_NAME, name).token_producer(producer))
 }
 
