@@ -58,6 +58,10 @@ pub struct LabArgs {
     /// alpha 0.9, or log-mean), so objectives compare without a rebuild.
     #[arg(long, value_enum, default_value = "mean")]
     pub latency_objective_type: ObjectiveFlag,
+    /// Write every run's per-request samples (the predictor's features at dispatch, the engine's true
+    /// state, a look-ahead of the chosen replica, the outcome) into this folder, one CSV per column.
+    #[arg(long)]
+    pub samples: Option<PathBuf>,
 }
 
 impl LabArgs {
@@ -77,6 +81,7 @@ impl LabArgs {
             json: None,
             jobs: None,
             latency_objective_type: ObjectiveFlag::Mean,
+            samples: None,
         }
     }
 }
@@ -130,7 +135,10 @@ pub fn choices(args: &LabArgs) -> anyhow::Result<Vec<RouterChoice>> {
         choices.push(choice);
     }
     let objective = args.latency_objective_type.objective(DEFAULT_QUANTILE_ALPHA);
-    Ok(choices.into_iter().map(|c| c.with_latency_objective(objective)).collect())
+    Ok(choices
+        .into_iter()
+        .map(|c| RouterChoice { samples: args.samples.clone(), ..c.with_latency_objective(objective) })
+        .collect())
 }
 
 /// The fleet and workload the arguments name: a scenario's, or the two files'.

@@ -24,6 +24,7 @@ pub mod generate;
 pub mod oracle;
 pub mod report;
 pub mod router;
+pub mod samples;
 pub mod scenario;
 pub mod simulation;
 mod table;

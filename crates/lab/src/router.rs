@@ -53,12 +53,20 @@ pub struct RouterChoice {
     pub slo_headers: bool,
     /// What the column's predictor estimates (epp's `--latency-objective-type`; the mean by default).
     pub latency_objective: Objective,
+    /// Write the run's per-request samples ([`super::samples`]) into this folder as `<name>.csv`.
+    pub samples: Option<std::path::PathBuf>,
 }
 
 impl RouterChoice {
     /// A column without SLO headers (unless the workload sends them).
     pub fn new(name: impl Into<String>, spec: RouterSpec) -> Self {
-        Self { name: name.into(), spec, slo_headers: false, latency_objective: Objective::SquaredError }
+        Self {
+            name: name.into(),
+            spec,
+            slo_headers: false,
+            latency_objective: Objective::SquaredError,
+            samples: None,
+        }
     }
 
     /// The same column with the workload's SLO sent as headers.
@@ -236,6 +244,13 @@ impl Router {
             let served = Some(info.endpoint.host_port.as_str());
             p.pipeline.on_response_headers(info, Some(200), served, &mut p.response_headers, &NoopObserver);
             p.pipeline.on_response_chunk(info, b"data: {}\n\n", true, now, &NoopObserver);
+        }
+    }
+
+    /// A later token reached the client (one response chunk each, as vLLM streams them).
+    pub(crate) fn on_token(&mut self, dispatch: Option<&DispatchInfo>, now: Instant) {
+        if let (Router::Pipeline(p), Some(info)) = (self, dispatch) {
+            p.pipeline.on_response_chunk(info, b"data: {}\n\n", false, now, &NoopObserver);
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! Three kinds of event advance the clock: a request arrives (it is written as an OpenAI body, parsed by
 //! epp's parser, routed, tokenised and queued in its replica's engine), a replica's engine step ends (its
-//! token events take effect, and the replica steps again while it has work), and a telemetry scrape (every
+//! token events take effect, each token reaching the pipeline's response hooks as one streamed chunk, and
+//! the replica steps again while it has work), and a telemetry scrape (every
 //! replica's engine stats become the endpoint's metrics, which stay as they are until the next scrape: stale
 //! in between, as in production). An engine step is computed when it starts, so its events are held until its
 //! end (and a scrape during a step already sees the batch it scheduled, as vLLM's own stats, logged after
@@ -21,6 +22,7 @@ use super::generate::Plan;
 use super::oracle::{self, Lookahead};
 use super::report::{summarize, Outcome, Record, ReplicaSummary, RunReport};
 use super::router::{Arriving, Routed, Router, RouterChoice};
+use super::samples::{self, Dispatched};
 use super::workload::Workload;
 use super::LabError;
 use epp::datastore::{Datastore, Endpoint, EndpointTelemetry};
@@ -55,6 +57,9 @@ struct Replica {
     in_step: Option<Vec<RequestEvent>>,
     /// When the step in progress ends (meaningful while `in_step` is `Some`).
     step_end: f64,
+    step_started: f64,
+    /// When the last step ended and how long it took (what a client streaming from the replica sees).
+    last_step: (f64, f64),
 }
 
 /// Maps virtual seconds to the `Instant`s plugins see.
@@ -90,6 +95,8 @@ struct Run<'a> {
     oracle_slo: Option<super::workload::Slo>,
     /// Reused by the oracle for each request's per-replica lookaheads.
     lookaheads: Vec<Lookahead>,
+    /// Per-request samples, when the choice asks for them (empty otherwise).
+    samples: Vec<Dispatched>,
 }
 
 /// Simulates `plan` on `fleet` routed by `choice`. Deterministic: same inputs, same report.
@@ -112,7 +119,14 @@ pub fn run(
         .map(|(i, (spec, ep))| {
             let mut cfg = spec.engine.clone();
             cfg.seed = workload.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(i as u64);
-            Replica { engine: Engine::new(cfg), endpoint: ep.clone(), in_step: None, step_end: 0.0 }
+            Replica {
+                engine: Engine::new(cfg),
+                endpoint: ep.clone(),
+                in_step: None,
+                step_end: 0.0,
+                step_started: 0.0,
+                last_step: (f64::NAN, f64::NAN),
+            }
         })
         .collect();
     let n = plan.requests.len();
@@ -132,6 +146,7 @@ pub fn run(
         rejected_429: 0,
         oracle_slo: workload.slo,
         lookaheads: Vec::with_capacity(fleet.replicas.len()),
+        samples: if choice.samples.is_some() { vec![Dispatched::default(); n] } else { Vec::new() },
     };
     let makespan = run.event_loop(fleet.scrape_interval)?;
     let summaries: Vec<ReplicaSummary> = run
@@ -147,6 +162,12 @@ pub fn run(
         summarize(&choice.name, &run.records, &summaries, workload.slo, makespan, run.engine_steps);
     report.rejected_429 = run.rejected_429;
     report.predictor = run.router.predictor_report();
+    if let Some(dir) = &choice.samples {
+        let path = dir.join(format!("{}.csv", choice.name));
+        let profiles: Vec<String> = summaries.iter().map(|s| s.profile.clone()).collect();
+        samples::write(&path, &run.records, &run.samples, &profiles)
+            .map_err(|e| LabError::Internal(format!("writing {}: {e}", path.display())))?;
+    }
     Ok(report)
 }
 
@@ -254,6 +275,9 @@ impl Run<'_> {
         let record = &mut self.records[index];
         record.replica = routed.replica as u32;
         record.prompt_tokens = request.prompt.len() as u32;
+        if !self.samples.is_empty() {
+            self.samples[index] = self.sample(routed.replica, &routed, &request, t);
+        }
         self.dispatches[index] = routed.dispatch;
         let replica = &mut self.replicas[routed.replica];
         replica.engine.add_request(request);
@@ -269,7 +293,25 @@ impl Run<'_> {
         self.engine_steps += 1;
         r.in_step = Some(result.events);
         r.step_end = t + result.duration;
+        r.step_started = t;
         self.steps.push(Reverse((VirtualTime(r.step_end), replica)));
+    }
+
+    /// What is known of `request` as it is dispatched to `replica` ([`samples`]).
+    fn sample(&self, replica: usize, routed: &Routed, request: &SimRequest, t: f64) -> Dispatched {
+        let r = &self.replicas[replica];
+        let busy_for = if r.in_step.is_some() { r.step_end - t } else { 0.0 };
+        let lookahead = oracle::look_ahead(&r.engine, busy_for, request.clone());
+        let mut sample =
+            Dispatched::new(&r.engine.stats(), r.engine.backlog(), busy_for.max(0.0), &lookahead);
+        (sample.since_step, sample.last_step) = (t - r.last_step.0, r.last_step.1);
+        if let Some(info) = &routed.dispatch {
+            sample.observation = info.attrs.observation;
+            if let Some(p) = &info.attrs.latency {
+                (sample.predicted_ttft_ms, sample.predicted_tpot_ms) = (p.ttft_ms, p.tpot_ms);
+            }
+        }
+        sample
     }
 
     /// The oracle's replica for `request` arriving at `t`: each engine's copy played forward.
@@ -283,7 +325,9 @@ impl Run<'_> {
     }
 
     fn end_step(&mut self, replica: usize, t: f64) -> Result<(), LabError> {
-        let events = self.replicas[replica].in_step.take().unwrap_or_default();
+        let r = &mut self.replicas[replica];
+        let events = r.in_step.take().unwrap_or_default();
+        r.last_step = (t, t - r.step_started);
         let now = self.clock.at(t);
         for event in &events {
             match *event {
@@ -293,7 +337,10 @@ impl Run<'_> {
                     self.records[i].cached_tokens = cached_tokens;
                     self.router.on_first_token(self.dispatches[i].as_ref(), now);
                 }
-                RequestEvent::Token { .. } => {}
+                RequestEvent::Token { id } => {
+                    let i = self.index(id)?;
+                    self.router.on_token(self.dispatches[i].as_ref(), now);
+                }
                 RequestEvent::Finished { id, output_tokens, reason } => {
                     let i = self.index(id)?;
                     let record = &mut self.records[i];

@@ -23,8 +23,8 @@ use super::kv::{block_hashes, BlockPool};
 use super::kv_events::{KvCacheEvent, KvEventLog};
 pub use super::profile::{AcceleratorProfile, StepShape};
 pub use super::types::{
-    tokenize, AddRequestError, EngineConfig, EngineConfigError, EngineStats, FinishReason, RequestEvent,
-    SimRequest, StepResult,
+    tokenize, AddRequestError, Backlog, EngineConfig, EngineConfigError, EngineStats, FinishReason,
+    RequestEvent, SimRequest, StepResult,
 };
 
 /// A request inside the engine.
@@ -184,6 +184,19 @@ impl Engine {
     /// its LoRA lists (the lab's oracle asks for every replica on every request).
     pub fn requests_held(&self) -> usize {
         self.waiting.len() + self.running.len()
+    }
+
+    /// The work queued ahead of a new request: prompt tokens still to prefill (a waiting request's
+    /// whole prompt, since its cache hit is found at admission) and the running requests by phase.
+    pub fn backlog(&self) -> Backlog {
+        let left = |s: &Seq| s.prompt_len.saturating_sub(s.computed);
+        let prefilling = self.running.iter().filter(|s| left(s) > 0).count();
+        Backlog {
+            prefill_tokens: self.running.iter().chain(&self.waiting).map(left).sum(),
+            prefilling,
+            decoding: self.running.len() - prefilling,
+            waiting: self.waiting.len(),
+        }
     }
 
     pub fn stats(&self) -> EngineStats {

@@ -19,8 +19,8 @@ pub mod server;
 mod types;
 
 pub use engine::{
-    tokenize, AcceleratorProfile, AddRequestError, Engine, EngineConfig, EngineConfigError, EngineStats,
-    FinishReason, RequestEvent, SimRequest, StepResult, StepShape,
+    tokenize, AcceleratorProfile, AddRequestError, Backlog, Engine, EngineConfig, EngineConfigError,
+    EngineStats, FinishReason, RequestEvent, SimRequest, StepResult, StepShape,
 };
 
 pub use exposition::{go_float, CacheInfo, LoraInfo, VllmPage};

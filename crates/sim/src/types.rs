@@ -109,6 +109,18 @@ pub struct StepResult {
     pub events: Vec<RequestEvent>,
 }
 
+/// [`crate::Engine::backlog`]: what a new request would queue behind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Prompt tokens not yet computed, over running and waiting requests.
+    pub prefill_tokens: usize,
+    /// Running requests part-way through their prompt.
+    pub prefilling: usize,
+    /// Running requests past their prompt.
+    pub decoding: usize,
+    pub waiting: usize,
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EngineStats {
     pub waiting: usize,

@@ -97,3 +97,32 @@ fn the_predictor_objective_is_a_column_setting() {
     assert!(m.warmup_s.is_some() && l.warmup_s.is_some(), "both objectives publish models");
     assert_ne!(m.ttft_heldout_mape, l.ttft_heldout_mape, "the column's objective reached its trainer");
 }
+
+/// `--samples`: one CSV row per completed request, with the features the producer saw of the chosen
+/// endpoint, a look-ahead of that engine, and the outcome; a lone request's look-ahead is exact.
+#[test]
+fn samples_hold_the_dispatch_features_a_lookahead_and_the_outcome() {
+    let dir = std::env::temp_dir().join(format!("epp-lab-samples-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let choice = RouterChoice { samples: Some(dir.clone()), ..config("predicted-latency-epp.yaml") };
+    let report = run(WORKLOAD, &[choice], 1);
+    let text = std::fs::read_to_string(dir.join("predicted-latency-epp.csv")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len() as u64, report.runs[0].completed, "a row per completed request");
+    let column = |row: &Vec<&str>, name: &str| -> f64 {
+        row[header.iter().position(|h| *h == name).unwrap()].parse().unwrap()
+    };
+    assert!(rows.iter().all(|r| column(r, "has_observation") == 1.0 && column(r, "ttft_ms") > 0.0));
+    assert!(rows.iter().all(|r| column(r, "obs_input_tokens") > 0.0 && column(r, "lookahead_ttft_ms") > 0.0));
+    let first = &rows[0];
+    assert_eq!(column(first, "engine_running") + column(first, "engine_waiting"), 0.0, "an idle fleet");
+    assert!(
+        (column(first, "lookahead_ttft_ms") - column(first, "ttft_ms")).abs()
+            < 1e-3 * column(first, "ttft_ms"),
+        "nothing arrived before its first token, so the look-ahead saw exactly what happened: {first:?}"
+    );
+    assert!(rows.iter().any(|r| column(r, "predicted_ttft_ms") > 0.0), "the model predicted once warm");
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Where the latency predictor's error comes from: reads `epp-lab --samples` CSVs and reports TTFT and
+TPOT MAPE for
+  - live:      the prediction the scheduler used (epp's online model at dispatch);
+  - lookahead: a copy of the chosen engine played forward from its exact state (what no feature set can
+               beat by much: its only error is the arrivals after dispatch);
+  - offline XGBoost models on feature sets, trained on the first 60% of the run (time order) and scored
+               on the rest, so each lever is measured on its own.
+
+Usage: .venv/bin/python scripts/predictor-study.py FILE.csv [FILE.csv ...]
+Needs numpy and xgboost (the repo's .venv has both).
+"""
+import csv
+import sys
+
+import numpy as np
+import xgboost as xgb
+
+# llm-d's training parameters (llm-d/llm-d-latency-predictor:training/training_server.py), as epp's trainer.
+PARAMS = dict(objective="reg:squarederror", max_depth=6, eta=0.05, subsample=0.8, colsample_bytree=0.8,
+              min_child_weight=5, gamma=0.2, alpha=0.01, reg_lambda=0.1, tree_method="hist", nthread=2,
+              verbosity=0)
+TREES = 200
+OBJECTIVES = ("log-mean",)
+
+
+def load(path):
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    cols = {k: np.array([float(r[k]) if k != "profile" else 0.0 for r in rows]) for k in rows[0]}
+    return cols
+
+
+def mape(pred, actual):
+    ok = (actual > 0) & np.isfinite(actual) & np.isfinite(pred)
+    return 100.0 * np.mean(np.abs(pred[ok] - actual[ok]) / actual[ok])
+
+
+def feature_sets(c):
+    """Named feature matrices: what epp has today, then one lever at a time."""
+    uncached = (1 - c["obs_prefix_score"]) * c["obs_input_tokens"]
+    base = [c["obs_waiting"] > 0, c["obs_kv"], c["obs_input_tokens"], c["obs_waiting"], c["obs_running"],
+            c["obs_prefill_tokens_in_flight"], c["obs_decode_tokens_in_flight"], c["obs_prefix_score"],
+            uncached, c["obs_accelerator_class"]]
+    true_uncached = c["prompt_tokens"] - c["cached_tokens"]
+    sets = {
+        "epp today": base,
+        "+ prefill ahead incl. own": base + [c["obs_prefill_tokens_in_flight"] + uncached],
+        "+ true cached tokens": base + [true_uncached],
+        "+ engine's true waiting/running": base + [c["engine_waiting"], c["engine_running"]],
+        "+ engine's backlog by phase": base + [c["engine_prefill_tokens"] + true_uncached,
+                                               c["engine_prefilling"], c["engine_decoding"]],
+        "+ the step in progress": base + [c["busy_for_ms"]],
+        "+ since the last step, its length": base + [c["since_step_ms"], c["last_step_ms"]],
+        "+ all of the engine's truth": base + [true_uncached, c["engine_prefill_tokens"] + true_uncached,
+                                               c["engine_prefilling"], c["engine_decoding"],
+                                               c["engine_waiting"], c["busy_for_ms"]],
+        "+ lookahead (bound)": base + [c["lookahead_ttft_ms"]],
+    }
+    return {k: np.column_stack(v).astype(np.float32) for k, v in sets.items()}
+
+
+def study(path):
+    c = load(path)
+    n = len(c["ttft_ms"])
+    cut = int(n * 0.6)
+    print(f"\n{path}: {n} completed requests; test = the last {n - cut}")
+    test = slice(cut, n)
+    live = c["predicted_ttft_ms"][test]
+    print(f"  TTFT  live (epp's model at dispatch)     {mape(np.where(live > 0, live, np.nan), c['ttft_ms'][test]):6.1f}%")
+    print(f"  TTFT  lookahead of the exact engine      {mape(c['lookahead_ttft_ms'][test], c['ttft_ms'][test]):6.1f}%")
+    print(f"  TPOT  lookahead of the exact engine      {mape(c['lookahead_tpot_ms'][test], c['tpot_ms'][test]):6.1f}%")
+    for target in ("ttft_ms", "tpot_ms"):
+        y = c[target]
+        ok = np.isfinite(y) & (y > 0)
+        for name, x in feature_sets(c).items():
+            for objective in OBJECTIVES:
+                tr = np.zeros(n, bool)
+                tr[:cut] = True
+                tr &= ok
+                te = ~np.zeros(n, bool)
+                te[:cut] = False
+                te &= ok
+                yt = np.log(np.maximum(y[tr], 1e-3)) if objective == "log-mean" else y[tr]
+                model = xgb.train(PARAMS, xgb.DMatrix(x[tr], label=yt), TREES)
+                p = model.predict(xgb.DMatrix(x[te]))
+                p = np.exp(p) if objective == "log-mean" else p
+                print(f"  {target[:4].upper()}  {name:34s} {objective:8s} {mape(p, y[te]):6.1f}%")
+
+
+if __name__ == "__main__":
+    for p in sys.argv[1:]:
+        study(p)
