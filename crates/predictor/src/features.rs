@@ -6,8 +6,9 @@
 //! into the caller's batch buffer (no allocation per candidate), in a column order that never changes
 //! (a model is only meaningful with the order it was trained on).
 
-/// TTFT row columns, in order.
-pub const TTFT_COLUMNS: [&str; 14] = [
+/// TTFT row columns, in order: llm-d's, the accelerator class, then what epp sees of the endpoint's
+/// engine step in the tokens it streams (`ms_since_last_token`, `last_step_ms`).
+pub const TTFT_COLUMNS: [&str; 16] = [
     "is_queued",
     "kv_cache_percentage",
     "input_token_length",
@@ -22,6 +23,8 @@ pub const TTFT_COLUMNS: [&str; 14] = [
     "prefill_score_bucket",
     "pod_type",
     "accelerator_class",
+    "ms_since_last_token",
+    "last_step_ms",
 ];
 
 /// TPOT row columns, in order.
@@ -73,6 +76,11 @@ pub struct Observation {
     pub pod_type: PodType,
     /// The endpoint's accelerator/variant class code (see [`AcceleratorClasses`]).
     pub accelerator_class: u16,
+    /// Milliseconds since a response token last passed from the endpoint (capped; large when idle), and
+    /// the gap between its last two engine steps as the stream showed them (0 before two were seen):
+    /// together, how long the step in progress still runs, which a new request waits out first.
+    pub ms_since_last_token: f32,
+    pub last_step_ms: f32,
 }
 
 impl Observation {
@@ -110,6 +118,8 @@ impl Observation {
             bucket,
             self.pod_type as u8 as f32,
             f32::from(self.accelerator_class),
+            self.ms_since_last_token,
+            self.last_step_ms,
         ];
     }
 
@@ -208,10 +218,10 @@ mod tests {
             accelerator_class: 3,
             ..Observation::default()
         };
-        let mut row = [0.0; 14];
+        let mut row = [0.0; 16];
         obs.ttft_row(&mut row);
         let at = |name| TTFT_COLUMNS.iter().position(|c| *c == name).unwrap();
-        let column = |row: &[f32; 14], name| row[at(name)];
+        let column = |row: &[f32; 16], name| row[at(name)];
         assert_eq!(column(&row, "is_queued"), 1.0);
         assert_eq!(column(&row, "kv_cache_percentage"), 1.0, "clamped to 0–1");
         assert_eq!(column(&row, "effective_input_tokens"), 250.0);

@@ -77,12 +77,14 @@ impl ModelStore {
     }
 
     /// The saved models: `None` when there is no TTFT file (a first start), the TPOT model only when its
-    /// file exists. A file that exists but does not load is an error.
+    /// file exists. A file that exists but does not load is an error, except a model of another row
+    /// width: an earlier epp saved it with other feature columns (an upgrade), so it is set aside with a
+    /// warning and the service starts as on a first start; its first retrain writes over it.
     pub fn load(&self) -> Result<Option<(Model, Option<Model>)>, PersistError> {
-        let Some(ttft) = load_if_present(&self.path(Target::Ttft), Target::Ttft)? else {
+        let Some(ttft) = load_saved(&self.path(Target::Ttft), Target::Ttft)? else {
             return Ok(None);
         };
-        Ok(Some((ttft, load_if_present(&self.path(Target::Tpot), Target::Tpot)?)))
+        Ok(Some((ttft, load_saved(&self.path(Target::Tpot), Target::Tpot)?)))
     }
 
     /// Writes every model of `models`, each through a temporary file renamed over the old one.
@@ -106,6 +108,22 @@ impl ModelStore {
             write.map_err(|source| PersistError::Write { path, source })?;
         }
         Ok(())
+    }
+}
+
+/// A saved model, `None` when absent or of another feature width (with a warning).
+fn load_saved(path: &Path, target: Target) -> Result<Option<Model>, PersistError> {
+    match load_if_present(path, target) {
+        Err(PersistError::Features { path, expected, found, .. }) => {
+            tracing::warn!(
+                path = %path.display(),
+                found,
+                expected,
+                "saved {target} model has another feature layout (an earlier epp's); starting without it"
+            );
+            Ok(None)
+        }
+        loaded => loaded,
     }
 }
 

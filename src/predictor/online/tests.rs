@@ -244,12 +244,20 @@ fn seeds_start_the_service_and_bad_files_are_errors_naming_the_file() {
     let cases = [
         (OnlineConfig { seed_ttft: Some(corrupt.clone()), ..config() }, "corrupt.json: model JSON"),
         (OnlineConfig { seed_ttft: Some(dir.path().join("absent.json")), ..config() }, "absent.json: "),
-        (wrong_width, "tpot.json: the model takes 10 features, a ttft row has 14"),
+        (wrong_width, &*format!("tpot.json: the model takes 10 features, a ttft row has {TTFT_FEATURES}")),
     ];
     for (config, expected) in cases {
         let err = OnlinePredictor::new(&config, &MetricsRegistry::new("p")).err().expect("refused");
         assert!(err.to_string().contains(expected), "{err} should contain {expected:?}");
     }
+    // A saved model of another width (an earlier epp's columns) is set aside: a first start.
+    std::fs::copy(models.join("tpot.json"), models.join("ttft.json")).unwrap();
+    let upgraded = OnlinePredictor::new(
+        &OnlineConfig { model_dir: Some(models.clone()), ..config() },
+        &MetricsRegistry::new("p"),
+    )
+    .unwrap();
+    assert!(upgraded.predictor().snapshot().is_none(), "no model until the first retrain");
     std::fs::copy(&corrupt, models.join("ttft.json")).unwrap();
     let err = OnlinePredictor::new(
         &OnlineConfig { model_dir: Some(models), ..config() },

@@ -16,6 +16,7 @@
 
 mod feedback;
 mod params;
+mod stream_clock;
 mod tracking;
 
 use std::cell::RefCell;
@@ -85,6 +86,7 @@ impl PredictedLatencyProducer {
     /// class).
     fn observe(&self, req: &SchedulingRequest<'_>, candidate: &Candidate, phases: PhaseLoad) -> Observation {
         let metrics = &candidate.telemetry;
+        let (ms_since_last_token, last_step_ms) = self.tracker.clocks.read(&candidate.endpoint, req.now);
         let inflight = candidate.attrs.inflight;
         Observation {
             kv_cache_percentage: metrics.kv_cache_usage as f32,
@@ -105,6 +107,8 @@ impl PredictedLatencyProducer {
             tokens_generated: 1,
             pod_type: self.pod_type(&candidate.endpoint),
             accelerator_class: accelerator_code(self.settings.accelerator(&candidate.endpoint)),
+            ms_since_last_token,
+            last_step_ms,
         }
     }
 
@@ -171,6 +175,8 @@ impl PredictedLatencyProducer {
                     running: 0,
                     prefill_tokens_in_flight: 0,
                     decode_tokens_in_flight: 0,
+                    ms_since_last_token: stream_clock::IDLE_SINCE_MS,
+                    last_step_ms: 0.0,
                     ..observation
                 });
                 idle_ttft.resize(n, 0.0);

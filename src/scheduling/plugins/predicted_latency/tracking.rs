@@ -19,6 +19,7 @@ use crate::predictor::features::Observation;
 use crate::scheduling::{LatencyPrediction, PredictionLabels};
 
 use super::super::endpoint_key::{endpoint_key, EndpointKey, IntBuildHasher};
+use super::stream_clock::StreamClocks;
 
 const SHARDS: usize = 16;
 /// Expired records are looked for once every this many dispatches.
@@ -169,6 +170,8 @@ impl RunningObjectives {
 pub(super) struct Tracker {
     shards: [Mutex<HashMap<u64, Record, IntBuildHasher>>; SHARDS],
     running: Mutex<RunningObjectives>,
+    /// Each endpoint's engine step as its streamed tokens show it.
+    pub(super) clocks: StreamClocks,
     ttl: Duration,
     dispatches: AtomicU64,
 }
@@ -182,6 +185,7 @@ impl Tracker {
         Tracker {
             shards: std::array::from_fn(|_| Mutex::new(HashMap::default())),
             running: Mutex::new(RunningObjectives::default()),
+            clocks: StreamClocks::default(),
             ttl,
             dispatches: AtomicU64::new(0),
         }
@@ -218,6 +222,7 @@ impl Tracker {
         let mut shard = self.shard(id);
         let Some(record) = shard.get_mut(&id) else { return };
         record.chunks += 1;
+        self.clocks.tick(&record.endpoint, now);
         if !first && record.first_chunk_at.is_some() {
             return;
         }
@@ -264,6 +269,8 @@ impl Tracker {
             running.by_endpoint.remove(&endpoint_key(endpoint));
             running.phases.remove(&endpoint_key(endpoint));
         }
+        drop(running);
+        self.clocks.forget(removed);
     }
 
     /// Requests remembered.
