@@ -193,7 +193,7 @@ echo "system prompt."
 echo
 echo "================ 1b. live: the same fleet and load, predicted latency (config/predicted-latency-epp.yaml)"
 live_run predicted "epp's predicted-latency profile: the default's scorers plus latency-scorer on the in-process predictor (first model after 10 requests)" \
-  --config-file config/predicted-latency-epp.yaml --latency-retraining-interval 2s
+  --config-file config/predicted-latency-epp.yaml --latency-objective-type log-mean --latency-retraining-interval 2s
 echo "epp predicts each replica's TTFT and TPOT for each request with models it trains itself from the"
 echo "responses, per accelerator class; llm-d needs two Python sidecars for this. (llm-d's own guide pipelines,"
 echo "config/predicted-latency*.yaml, load unchanged; BENCHMARKS.md §6 compares them.)"
@@ -201,9 +201,10 @@ echo "config/predicted-latency*.yaml, load unchanged; BENCHMARKS.md §6 compares
 echo
 echo "================ 2. lab: the same fleet and workload in virtual time, four routers side by side"
 echo "== epp-bench lab --fleet crates/lab/inputs/fleet-live.yaml --workload crates/lab/inputs/workload-live.yaml --duration $LAB_DURATION \\"
-echo "     --baselines random,round-robin,default --config config/predicted-latency-epp.yaml"
+echo "     --baselines random,round-robin,default --config config/predicted-latency-epp.yaml --latency-objective-type log-mean"
 "$BIN_DIR/epp-bench" lab --fleet crates/lab/inputs/fleet-live.yaml --workload crates/lab/inputs/workload-live.yaml --duration "$LAB_DURATION" \
-  --baselines random,round-robin,default --config config/predicted-latency-epp.yaml 2>"$WORK/lab.err" ||
+  --baselines random,round-robin,default --config config/predicted-latency-epp.yaml --latency-objective-type log-mean \
+  2>"$WORK/lab.err" ||
   fail "the lab failed" "$WORK/lab.err"
 sed 's/^/(/; s/$/)/' "$WORK/lab.err"
 echo

@@ -35,7 +35,9 @@
 #          and two workers' rotations merge into runs of consecutive requests to one replica, which is not
 #          the round robin the lab models), BASE_PORT (20000: uses +1..+4, +10..+12, +80, +99), OUT_DIR,
 #          BENCHMARKS_MD, PROFILE (release), ENVOY_BIN, PREDICTED_CONFIG (config/predicted-latency.yaml: the
-#          config the predicted setup runs, e.g. config/predicted-latency-epp.yaml)
+#          config the predicted setup runs, e.g. config/predicted-latency-epp.yaml), LATENCY_OBJECTIVE
+#          (mean: the predictor's --latency-objective-type live and in the lab; log-mean for
+#          config/predicted-latency-epp.yaml)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -59,6 +61,7 @@ FLEET=crates/lab/inputs/fleet-live.yaml
 LAB_WORKLOAD=crates/lab/inputs/workload-live.yaml
 RANDOM_CONFIG=crates/lab/inputs/configs/random.yaml
 PREDICTED_CONFIG=${PREDICTED_CONFIG:-config/predicted-latency.yaml}
+LATENCY_OBJECTIVE=${LATENCY_OBJECTIVE:-mean}
 [ -f "$PREDICTED_CONFIG" ] || { echo "live-vs-lab: PREDICTED_CONFIG $PREDICTED_CONFIG is not a file" >&2; exit 2; }
 MODEL=meta-llama/Llama-3.1-8B-Instruct
 PROFILES=h100-8b,h100-8b,l4-8b,l4-8b
@@ -181,7 +184,7 @@ run_live() { # round setup
     if [ "$setup" = predicted ]; then
       # The accelerator labels of fleet-live.yaml, which the predictor's features read: file discovery
       # carries labels, --endpoints does not.
-      config=(--config-file "$PREDICTED_CONFIG")
+      config=(--config-file "$PREDICTED_CONFIG" --latency-objective-type "$LATENCY_OBJECTIVE")
       {
         echo "endpoints:"
         local i accelerators=(h100 h100 l4 l4)
@@ -226,7 +229,7 @@ lag_warnings=$(cat "$OUT_DIR"/sim-*.log | grep -c 'cannot keep up' || true)
 
 lab_baselines=()
 for setup in $SETUPS; do case "$setup" in random | predicted) ;; *) lab_baselines+=("$setup") ;; esac; done
-lab_args=(--fleet "$FLEET" --workload "$LAB_WORKLOAD" --duration "${DURATION}s")
+lab_args=(--fleet "$FLEET" --workload "$LAB_WORKLOAD" --duration "${DURATION}s" --latency-objective-type "$LATENCY_OBJECTIVE")
 if [[ " $SETUPS " == *" random "* ]]; then lab_args+=(--config "$RANDOM_CONFIG"); fi
 # The lab names a config column after its file (predicted-latency for the guide config).
 if [[ " $SETUPS " == *" predicted "* ]]; then lab_args+=(--config "$PREDICTED_CONFIG"); fi

@@ -54,6 +54,10 @@ class Effective:
         config = training.get("config") or {}
         self.predictor_env = [{"name": n, "value": _env_value(config[n])} for n in PREDICTOR_ENV
                               if self.predictor and n in config and n not in taken]
+        # The recommended profile's objective (deploy/helm/epp/templates/_predictor.tpl), unless set.
+        if self.predictor and self.example == "predicted-latency-epp" and \
+                "LATENCY_OBJECTIVE_TYPE" not in config and "LATENCY_OBJECTIVE_TYPE" not in taken:
+            self.predictor_env.append({"name": "LATENCY_OBJECTIVE_TYPE", "value": "log-mean"})
         self.user_env = user_env
         self.env = self.predictor_env + user_env
 

@@ -149,6 +149,8 @@ def check_predictor(container, pod, args, text, eff):
     expect(not unread, f"the chart sets environment epp does not read: {unread}")
     mapped = [e for e in container["env"] if e["name"].startswith("LATENCY_")]
     expect(all(e in eff.env for e in mapped), f"latency env {mapped}")
+    wanted = [e for e in eff.env if e["name"].startswith("LATENCY_")]
+    expect(all(e in mapped for e in wanted), f"latency env {mapped}, want {wanted}")
 
 
 def check_security(container, pod, by_kind, eff):

@@ -52,8 +52,9 @@ the latter loses to the default profile on every scenario of the lab's suite (BE
 {{- end }}
 
 {{/*
-EnvVars for the mapped keys of latencyPredictor.trainingServer.config, when the predictor runs. A name
-also set in env or inferenceExtension.env is left to that entry.
+EnvVars for the mapped keys of latencyPredictor.trainingServer.config, when the predictor runs, and
+LATENCY_OBJECTIVE_TYPE=log-mean for the predicted-latency-epp example when nothing sets it. A name also set
+in env or inferenceExtension.env is left to that entry.
 */}}
 {{- define "epp.predictorEnv" -}}
 {{- $env := list }}
@@ -71,6 +72,13 @@ also set in env or inferenceExtension.env is left to that entry.
 {{- end }}
 {{- $env = append $env (dict "name" $name "value" (toString $value)) }}
 {{- end }}
+{{- end }}
+{{- /* The recommended profile runs with log-mean models (config/predicted-latency-epp.yaml says why) unless
+the objective is set; a --latency-objective-type in flags wins over the env. */}}
+{{- $ie := include "epp.ie" . | fromYaml }}
+{{- $example := and (not .Values.config.text) (not $ie.pluginsCustomConfig) (eq (include "epp.configExample" .) "predicted-latency-epp") }}
+{{- if and $example (not (hasKey $config "LATENCY_OBJECTIVE_TYPE")) (not (hasKey $taken "LATENCY_OBJECTIVE_TYPE")) }}
+{{- $env = append $env (dict "name" "LATENCY_OBJECTIVE_TYPE" "value" "log-mean") }}
 {{- end }}
 {{- end }}
 {{- toYaml (dict "env" $env) }}
