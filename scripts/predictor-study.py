@@ -21,7 +21,7 @@ PARAMS = dict(objective="reg:squarederror", max_depth=6, eta=0.05, subsample=0.8
               min_child_weight=5, gamma=0.2, alpha=0.01, reg_lambda=0.1, tree_method="hist", nthread=2,
               verbosity=0)
 TREES = 200
-OBJECTIVES = ("log-mean",)
+OBJECTIVES = ("mean", "log-mean")
 
 
 def load(path):
@@ -39,11 +39,13 @@ def mape(pred, actual):
 def feature_sets(c):
     """Named feature matrices: what epp has today, then one lever at a time."""
     uncached = (1 - c["obs_prefix_score"]) * c["obs_input_tokens"]
-    base = [c["obs_waiting"] > 0, c["obs_kv"], c["obs_input_tokens"], c["obs_waiting"], c["obs_running"],
+    llmd = [c["obs_waiting"] > 0, c["obs_kv"], c["obs_input_tokens"], c["obs_waiting"], c["obs_running"],
             c["obs_prefill_tokens_in_flight"], c["obs_decode_tokens_in_flight"], c["obs_prefix_score"],
             uncached, c["obs_accelerator_class"]]
+    base = llmd + [c["obs_ms_since_last_token"], c["obs_last_step_ms"]]
     true_uncached = c["prompt_tokens"] - c["cached_tokens"]
     sets = {
+        "without the stream's step": llmd,
         "epp today": base,
         "+ prefill ahead incl. own": base + [c["obs_prefill_tokens_in_flight"] + uncached],
         "+ true cached tokens": base + [true_uncached],

@@ -59,7 +59,7 @@ impl Dispatched {
 const HEADER: &str = "arrival_s,replica,profile,prompt_tokens,cached_tokens,output_tokens,ttft_ms,tpot_ms,\
 predicted_ttft_ms,predicted_tpot_ms,lookahead_ttft_ms,lookahead_tpot_ms,engine_waiting,engine_running,\
 engine_kv,engine_prefill_tokens,engine_prefilling,engine_decoding,busy_for_ms,since_step_ms,last_step_ms,has_observation,obs_kv,obs_input_tokens,obs_waiting,obs_running,obs_prefix_score,\
-obs_prefill_tokens_in_flight,obs_decode_tokens_in_flight,obs_accelerator_class";
+obs_prefill_tokens_in_flight,obs_decode_tokens_in_flight,obs_accelerator_class,obs_ms_since_last_token,obs_last_step_ms";
 
 /// Writes one CSV row per completed request to `path`.
 pub fn write(
@@ -110,7 +110,7 @@ pub fn write(
         let o = d.observation.unwrap_or_default();
         let _ = writeln!(
             out,
-            "{},{:.4},{},{},{},{:.4},{},{},{}",
+            "{},{:.4},{},{},{},{:.4},{},{},{},{:.3},{:.3}",
             u8::from(d.observation.is_some()),
             o.kv_cache_percentage,
             o.input_tokens,
@@ -120,6 +120,8 @@ pub fn write(
             o.prefill_tokens_in_flight,
             o.decode_tokens_in_flight,
             o.accelerator_class,
+            o.ms_since_last_token,
+            o.last_step_ms,
         );
     }
     std::fs::write(path, out)
