@@ -76,26 +76,7 @@ wait_for() { # host port logfile
 }
 
 approx_config() {
-  cat <<'YAML'
-apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: approx-prefix-cache-producer
-- type: prefix-cache-scorer
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: prefix-cache-scorer
-    weight: 2
-  - pluginRef: queue-scorer
-    weight: 1
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 1
-  - pluginRef: max-score-picker
-YAML
+  cat crates/lab/inputs/configs/approx-prefix.yaml
 }
 
 precise_config() {

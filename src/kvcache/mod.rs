@@ -39,7 +39,7 @@ pub use index::{Applied, EndpointId, KvIndex, PrefixMatch, TierWeights, DEFAULT_
 #[cfg(test)]
 pub(crate) use local_tokens::tests::word_tokenizer_file as local_tokens_test_file;
 pub use local_tokens::{completions_prompt, LocalTokenizer, LocalTokensError, Prompt};
-pub use pool::{spawn_pool, KvEventPool, PoolConfig, PoolTask, Subscribers};
+pub use pool::{spawn_pool, KvEventPool, KvPools, PoolConfig, PoolTask, Subscribers};
 pub use render::{parse_rendered, RenderApi, RenderClient, RenderConfig, RenderError};
 pub use subscriber::{
     apply_message, run as run_subscriber, Sequence, SharedIndex, SubscriberStats, Subscription,

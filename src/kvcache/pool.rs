@@ -92,6 +92,28 @@ impl KvEventPool {
         self.config.replay_port.map(|base| at_rank(endpoint, base))
     }
 
+    /// Applies one batch of events (a vLLM `KVEventBatch` payload) handed over in process instead of on
+    /// a socket: the lab's engines live in the same process. The endpoint is numbered as a subscriber
+    /// numbers it, and the batch decodes and applies exactly as a live one; events naming no model are
+    /// `model`'s.
+    pub fn apply_in_process(&self, endpoint: &Endpoint, model: &str, payload: &[u8]) {
+        let id = match self.endpoint_id(endpoint.addr) {
+            Some(id) => id,
+            None => *self
+                .ids_mut()
+                .entry(endpoint.addr)
+                .or_insert_with(|| self.next_id.fetch_add(1, Ordering::Relaxed)),
+        };
+        let subscription = Subscription {
+            endpoint: id,
+            publisher: String::new(),
+            topic_filter: String::new(),
+            default_model: model.to_owned(),
+            replay: None,
+        };
+        subscriber::apply_batch(&subscription, b"", payload, &self.index, &self.stats);
+    }
+
     fn ids_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<SocketAddr, EndpointId>> {
         self.ids.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -100,6 +122,22 @@ impl KvEventPool {
 fn at_rank(endpoint: &Endpoint, base: u16) -> String {
     let port = base.saturating_add(endpoint.rank);
     crate::datastore::format_host_port(SocketAddr::new(endpoint.addr.ip(), port))
+}
+
+/// The KV-event pools the plugins of one configuration built, for a caller that feeds them events in
+/// process ([`KvEventPool::apply_in_process`]): the lab. Plugins register theirs as they are built.
+#[derive(Debug, Clone, Default)]
+pub struct KvPools(Arc<std::sync::Mutex<Vec<Arc<KvEventPool>>>>);
+
+impl KvPools {
+    pub fn register(&self, pool: Arc<KvEventPool>) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(pool);
+    }
+
+    /// Every pool registered so far.
+    pub fn all(&self) -> Vec<Arc<KvEventPool>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
 }
 
 /// Aborts the supervisor (and with it every subscriber) when dropped: the plugin holding it went away.

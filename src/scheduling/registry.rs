@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use super::plugin::BuiltPlugin;
 use super::plugin_metrics::PluginMetrics;
 use crate::datastore::Datastore;
+use crate::kvcache::KvPools;
 use crate::predictor::online::PredictorHub;
 
 /// A plugin configuration error, naming the plugin instance and, where there is one, the field.
@@ -36,12 +37,15 @@ pub struct FactoryContext {
     pub metrics: PluginMetrics,
     /// The latency predictor service, built when a `predicted-latency-producer` first asks for it.
     pub predictor: PredictorHub,
+    /// Where `precise-prefix-cache-producer` registers its KV-event pool, for callers that feed it events
+    /// in process (the lab); the server's subscribers need nothing from it.
+    pub kv_pools: KvPools,
 }
 
 impl FactoryContext {
     /// A context with a manual, unscraped predictor hub (replace it with [`with_predictor`](Self::with_predictor)).
     pub fn new(datastore: Arc<Datastore>, metrics: PluginMetrics) -> Self {
-        Self { datastore, metrics, predictor: PredictorHub::detached() }
+        Self { datastore, metrics, predictor: PredictorHub::detached(), kv_pools: KvPools::default() }
     }
 
     pub fn with_predictor(mut self, predictor: PredictorHub) -> Self {

@@ -62,6 +62,10 @@ pub struct LabArgs {
     /// state, a look-ahead of the chosen replica, the outcome) into this folder, one CSV per column.
     #[arg(long)]
     pub samples: Option<PathBuf>,
+    /// Active epp replicas behind the gateway for every config column: requests are dealt to them in
+    /// turn; each knows only what it routed, all see the metrics and the engines' KV events.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub epp_replicas: u16,
 }
 
 impl LabArgs {
@@ -82,6 +86,7 @@ impl LabArgs {
             jobs: None,
             latency_objective_type: ObjectiveFlag::Mean,
             samples: None,
+            epp_replicas: 1,
         }
     }
 }
@@ -137,7 +142,11 @@ pub fn choices(args: &LabArgs) -> anyhow::Result<Vec<RouterChoice>> {
     let objective = args.latency_objective_type.objective(DEFAULT_QUANTILE_ALPHA);
     Ok(choices
         .into_iter()
-        .map(|c| RouterChoice { samples: args.samples.clone(), ..c.with_latency_objective(objective) })
+        .map(|c| RouterChoice {
+            samples: args.samples.clone(),
+            epp_replicas: usize::from(args.epp_replicas),
+            ..c.with_latency_objective(objective)
+        })
         .collect())
 }
 

@@ -11,7 +11,9 @@
 //! The pieces: [`Fleet`] and [`Workload`] (the two input files), [`Plan`] (the request stream, planned
 //! once per comparison), [`RouterChoice`] (a config or a baseline), [`simulation::run`] (one run's
 //! event loop), [`training`] (a predicted-latency config's own predictor, retrained at virtual-time
-//! ticks), [`LabReport`] (the numbers) and [`format_table`] (the side-by-side view).
+//! ticks), [`LabReport`] (the numbers) and [`format_table`] (the side-by-side view). A config column may run
+//! as several active epp replicas (`--epp-replicas`), and a `precise-prefix-cache-producer` is fed the
+//! engines' KV events in process.
 //!
 //! Not modelled: flow control and saturation-based admission (requests go straight to scheduling, as
 //! with flow control off and no saturation detector), model rewrites, network latency, and client
@@ -22,6 +24,7 @@ pub mod cli;
 pub mod fleet;
 pub mod generate;
 pub mod oracle;
+mod replicas;
 pub mod report;
 pub mod router;
 pub mod samples;

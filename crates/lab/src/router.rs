@@ -18,6 +18,7 @@ use rand::{Rng, SeedableRng};
 use epp::config::{self, LoadedConfig};
 use epp::datastore::{Datastore, Endpoint};
 use epp::director::decide;
+use epp::kvcache::{KvEventPool, KvPools};
 use epp::predictor::online::PredictorHub;
 use epp::predictor::train::Objective;
 use epp::request::{Headers, ParsedRequest, TokenEstimator};
@@ -55,6 +56,8 @@ pub struct RouterChoice {
     pub latency_objective: Objective,
     /// Write the run's per-request samples ([`super::samples`]) into this folder as `<name>.csv`.
     pub samples: Option<std::path::PathBuf>,
+    /// Active epp replicas sharing the traffic (a pipeline's column; baselines are one router).
+    pub epp_replicas: usize,
 }
 
 impl RouterChoice {
@@ -66,6 +69,7 @@ impl RouterChoice {
             slo_headers: false,
             latency_objective: Objective::SquaredError,
             samples: None,
+            epp_replicas: 1,
         }
     }
 
@@ -118,6 +122,8 @@ pub(crate) struct Arriving<'a> {
     /// The workload's objectives, sent as SLO headers when the workload opts in (zero otherwise).
     pub slo: epp::request::Slo,
     pub now: Instant,
+    /// The prompt's token ids as the engines tokenise it (what a `token-producer` would fetch).
+    pub token_ids: &'a [u32],
 }
 
 pub(crate) enum Router {
@@ -138,6 +144,8 @@ pub(crate) struct PipelineRouter {
     response_headers: Vec<(String, String)>,
     /// The run's predictor, when the config has a `predicted-latency-producer`.
     training: Option<Training>,
+    /// The KV-event pools of the config's `precise-prefix-cache-producer`s, fed the engines' events.
+    kv_pools: Vec<Arc<KvEventPool>>,
 }
 
 /// Loads an EndpointPickerConfig against the run's own datastore and predictor hub, so plugin state
@@ -146,9 +154,11 @@ pub(crate) fn load_config(
     spec: &RouterSpec,
     datastore: Arc<Datastore>,
     hub: PredictorHub,
+    kv_pools: &KvPools,
 ) -> Result<LoadedConfig, String> {
     // Plugin metrics nobody scrapes: the lab reads its numbers from the simulation.
-    let ctx = FactoryContext::new(datastore, PluginMetrics::detached()).with_predictor(hub);
+    let mut ctx = FactoryContext::new(datastore, PluginMetrics::detached()).with_predictor(hub);
+    ctx.kv_pools = kv_pools.clone();
     let registry = Registry::with_builtins();
     let loaded = match spec {
         RouterSpec::Config { yaml } => config::load(yaml, &registry, &ctx),
@@ -168,7 +178,8 @@ impl Router {
             RouterSpec::Oracle => Router::Oracle,
             RouterSpec::Default | RouterSpec::Config { .. } => {
                 let hub = training::hub(choice.latency_objective);
-                let loaded = load_config(spec, datastore, hub.clone())?;
+                let kv_pools = KvPools::default();
+                let loaded = load_config(spec, datastore, hub.clone(), &kv_pools)?;
                 let te = loaded.token_estimator;
                 let estimator = TokenEstimator::new(te.characters_per_token, te.output_ratio)
                     .map_err(|e| e.to_string())?;
@@ -180,9 +191,25 @@ impl Router {
                     headers: Headers::new(),
                     response_headers: Vec::new(),
                     training: Training::take(&hub),
+                    kv_pools: kv_pools.all(),
                 }))
             }
         })
+    }
+
+    /// Whether the config indexes the engines' KV events (a `precise-prefix-cache-producer`).
+    pub(crate) fn wants_kv_events(&self) -> bool {
+        matches!(self, Router::Pipeline(p) if !p.kv_pools.is_empty())
+    }
+
+    /// One engine step's KV events from `endpoint` (a vLLM `KVEventBatch` payload), as its publisher
+    /// would send them; events naming no model are `model`'s.
+    pub(crate) fn kv_events(&self, endpoint: &Endpoint, model: &str, payload: &[u8]) {
+        if let Router::Pipeline(p) = self {
+            for pool in &p.kv_pools {
+                pool.apply_in_process(endpoint, model, payload);
+            }
+        }
     }
 
     /// Whether decisions read endpoint telemetry (the blind baselines do not, so scrapes can be skipped).
@@ -290,7 +317,7 @@ impl PipelineRouter {
             parsed: Some(req.parsed),
             priority: req.priority,
             fairness_id: epp::wire::DEFAULT_FAIRNESS_ID,
-            token_ids: None,
+            token_ids: Some(req.token_ids),
             input_tokens,
             estimated_tokens,
             slo: req.slo,

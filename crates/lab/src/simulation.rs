@@ -20,15 +20,16 @@ use std::time::{Duration, Instant};
 use super::fleet::Fleet;
 use super::generate::Plan;
 use super::oracle::{self, Lookahead};
+use super::replicas::Replicas;
 use super::report::{summarize, Outcome, Record, ReplicaSummary, RunReport};
-use super::router::{Arriving, Routed, Router, RouterChoice};
+use super::router::{Arriving, Routed, RouterChoice};
 use super::samples::{self, Dispatched};
 use super::workload::Workload;
 use super::LabError;
 use epp::datastore::{Datastore, Endpoint, EndpointTelemetry};
 use epp::request::parse_request;
 use epp::scheduling::{DispatchInfo, Usage};
-use epp_sim::{tokenize, Engine, FinishReason, RequestEvent, SimRequest};
+use epp_sim::{encode_batch, tokenize, Engine, FinishReason, RequestEvent, SimRequest};
 
 const CHAT_PATH: &str = "/v1/chat/completions";
 
@@ -77,7 +78,7 @@ impl Clock {
 /// The state of one run.
 struct Run<'a> {
     plan: &'a Plan,
-    router: Router,
+    router: Replicas,
     replicas: Vec<Replica>,
     endpoints: Vec<Arc<Endpoint>>,
     records: Vec<Record>,
@@ -97,6 +98,8 @@ struct Run<'a> {
     lookaheads: Vec<Lookahead>,
     /// Per-request samples, when the choice asks for them (empty otherwise).
     samples: Vec<Dispatched>,
+    /// The workload's base model: what the engines' KV events are about when they name no adapter.
+    model: &'a str,
 }
 
 /// Simulates `plan` on `fleet` routed by `choice`. Deterministic: same inputs, same report.
@@ -109,7 +112,7 @@ pub fn run(
     let datastore = Arc::new(Datastore::new("lab"));
     datastore.set_endpoints(fleet.replicas.iter().enumerate().map(|(i, r)| endpoint(i, r)).collect());
     let endpoints: Vec<Arc<Endpoint>> = datastore.endpoints().iter().cloned().collect();
-    let router = Router::new(choice, datastore, workload.seed)
+    let router = Replicas::new(choice, &datastore, workload.seed, plan.requests.len())
         .map_err(|message| LabError::Router { name: choice.name.clone(), message })?;
     let replicas = fleet
         .replicas
@@ -147,7 +150,13 @@ pub fn run(
         oracle_slo: workload.slo,
         lookaheads: Vec::with_capacity(fleet.replicas.len()),
         samples: if choice.samples.is_some() { vec![Dispatched::default(); n] } else { Vec::new() },
+        model: &workload.model,
     };
+    if run.router.wants_kv_events() {
+        for r in &mut run.replicas {
+            r.engine.enable_kv_events();
+        }
+    }
     let makespan = run.event_loop(fleet.scrape_interval)?;
     let summaries: Vec<ReplicaSummary> = run
         .replicas
@@ -244,14 +253,6 @@ impl Run<'_> {
         self.request_id.clear();
         // Writing into a String cannot fail.
         let _ = write!(self.request_id, "lab-{index}");
-        let arriving = Arriving {
-            request_id: &self.request_id,
-            body: &self.body,
-            parsed: &parsed,
-            priority: planned.priority,
-            slo: self.slo,
-            now: self.clock.at(t),
-        };
         let prompt = tokenize(std::str::from_utf8(parsed.prefix_bytes(&self.body)).unwrap_or(""));
         let request = SimRequest {
             id: index as u64,
@@ -259,10 +260,19 @@ impl Run<'_> {
             max_output_tokens: self.plan.output_tokens(&planned),
             lora: self.plan.model_of(&planned).map(str::to_string),
         };
-        let routed = if matches!(self.router, Router::Oracle) {
+        let arriving = Arriving {
+            request_id: &self.request_id,
+            body: &self.body,
+            parsed: &parsed,
+            priority: planned.priority,
+            slo: self.slo,
+            now: self.clock.at(t),
+            token_ids: &request.prompt,
+        };
+        let routed = if self.router.is_oracle() {
             Ok(Routed { replica: self.oracle_pick(&request, t), dispatch: None })
         } else {
-            self.router.route(&arriving, &self.endpoints)
+            self.router.route(index, &arriving, &self.endpoints)
         };
         let routed = match routed {
             Ok(r) => r,
@@ -335,11 +345,11 @@ impl Run<'_> {
                     let i = self.index(id)?;
                     self.records[i].first_token = t;
                     self.records[i].cached_tokens = cached_tokens;
-                    self.router.on_first_token(self.dispatches[i].as_ref(), now);
+                    self.router.on_first_token(i, self.dispatches[i].as_ref(), now);
                 }
                 RequestEvent::Token { id } => {
                     let i = self.index(id)?;
-                    self.router.on_token(self.dispatches[i].as_ref(), now);
+                    self.router.on_token(i, self.dispatches[i].as_ref(), now);
                 }
                 RequestEvent::Finished { id, output_tokens, reason } => {
                     let i = self.index(id)?;
@@ -365,9 +375,15 @@ impl Run<'_> {
                         }
                     };
                     let first_token = self.clock.at(record.first_token);
-                    self.router.on_complete(self.dispatches[i].take(), usage, first_token, now);
+                    self.router.on_complete(i, self.dispatches[i].take(), usage, first_token, now);
                 }
             }
+        }
+        let r = &mut self.replicas[replica];
+        let kv_events = r.engine.take_kv_events();
+        if !kv_events.is_empty() {
+            let payload = encode_batch(t, &kv_events, r.engine.config().block_size);
+            self.router.kv_events(&r.endpoint, self.model, &payload);
         }
         if self.replicas[replica].engine.has_work() {
             self.start_step(replica, t);
@@ -384,45 +400,5 @@ impl Run<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use epp_sim::AcceleratorProfile;
-
-    #[test]
-    fn virtual_time_orders_like_numbers_and_maps_monotonically() {
-        let mut heap = BinaryHeap::new();
-        for (t, r) in [(0.5, 0), (0.1, 2), (0.1, 1), (2.0, 0)] {
-            heap.push(Reverse((VirtualTime(t), r)));
-        }
-        let order: Vec<(f64, usize)> =
-            std::iter::from_fn(|| heap.pop().map(|Reverse((t, r))| (t.0, r))).collect();
-        assert_eq!(order, [(0.1, 1), (0.1, 2), (0.5, 0), (2.0, 0)]);
-        let clock = Clock { base: Instant::now() };
-        assert!(clock.at(0.0) < clock.at(0.001) && clock.at(1.0) - clock.at(0.0) == Duration::from_secs(1));
-    }
-
-    #[test]
-    fn a_lone_request_takes_the_engines_step_times() {
-        // No noise, one replica, one request of ~1000 prompt tokens and 3 output tokens: its TTFT is the
-        // prefill step, and each later token one decode step.
-        let fleet = Fleet::from_yaml("noise: 0\nreplicas: [{profile: h100-8b}]").unwrap();
-        let workload = Workload::from_yaml(
-            "duration: 0.5s\narrival: {constant: {rate: 2}}\nprompt_tokens: {constant: 990}\noutput_tokens: {constant: 3}\n",
-        )
-        .unwrap();
-        let plan = Plan::new(&workload);
-        assert_eq!(plan.requests.len(), 1);
-        for name in ["round-robin", "default"] {
-            let choice = RouterChoice::baseline(name).unwrap();
-            let report = run(&fleet, &workload, &plan, &choice).unwrap();
-            let ttft = report.ttft_s.unwrap().p50;
-            let tpot = report.tpot_s.unwrap().p50;
-            let h100 = AcceleratorProfile::h100_8b();
-            assert!((0.060..0.080).contains(&ttft), "{name}: ttft {ttft}");
-            let decode = h100.base_overhead + h100.c_decode_seq;
-            assert!((decode..decode + 0.001).contains(&tpot), "{name}: tpot {tpot}");
-            assert_eq!(report.engine_steps, 3);
-            assert_eq!(report.endpoints[0].requests, 1);
-        }
-    }
-}
+#[path = "simulation_tests.rs"]
+mod tests;

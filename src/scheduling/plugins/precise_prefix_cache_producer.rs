@@ -165,6 +165,7 @@ pub(crate) fn factory(
         Arc::new(RwLock::new(KvIndex::new(hasher, config.tiers.clone()).with_max_blocks(config.max_blocks)));
     let metrics = ctx.metrics.kv_cache.clone();
     let pool = Arc::new(KvEventPool::new(config.pool.clone(), index, metrics.events.clone()));
+    ctx.kv_pools.register(pool.clone());
     let mut producer = PrecisePrefixCacheProducer::new(pool.clone(), config.block_size_tokens, metrics)
         .with_speculation(config.speculative_ttl);
     // Config checks and the lab build pipelines outside a runtime: nothing to subscribe for there.
