@@ -1,6 +1,7 @@
 //! epp's subscriber and replay against vLLM's own publisher: `ZmqEventPublisher` and its event classes
-//! (scripts/vllm-kv-publisher.py, no engine) publish three batches before epp connects, one with 32-byte
-//! block hashes and a CPU medium, one removal. epp's pool, dialling the endpoint's address as it would a
+//! (scripts/vllm-kv-publisher.py, no engine) publish five batches before epp connects: one with 32-byte
+//! block hashes and a CPU medium, one removal, one batch encoded as a map and one event as a positional
+//! array (the two forms other vLLM versions send, made from the same classes). epp's pool, dialling the endpoint's address as it would a
 //! pod's, replays them from vLLM's ROUTER (vLLM's replay frames carry the topic) and indexes exactly what
 //! the engine would hold.
 
@@ -39,7 +40,7 @@ async fn vllms_own_publisher_replays_to_a_late_subscriber() {
         .expect("python");
     let mut line = String::new();
     BufReader::new(publisher.stdout.take().expect("stdout")).read_line(&mut line).expect("read");
-    assert_eq!(line.trim(), "published 3", "the publisher did not start");
+    assert_eq!(line.trim(), "published 5", "the publisher did not start");
 
     let hasher = BlockKeyHasher::new(HashAlgorithm::CborFnv, BLOCK, "");
     let index = Arc::new(RwLock::new(KvIndex::new(hasher, TierWeights::default())));
@@ -50,7 +51,7 @@ async fn vllms_own_publisher_replays_to_a_late_subscriber() {
     subscribers.reconcile(&[Arc::new(Endpoint::new("pod", addr))]);
     let stats = pool.stats().clone();
     let replayed = wait_until_async(Duration::from_secs(30), || {
-        let done = stats.blocks_stored.get() >= 6 && stats.blocks_removed.get() >= 1;
+        let done = stats.blocks_stored.get() >= 10 && stats.blocks_removed.get() >= 1;
         async move { done }
     })
     .await;
@@ -72,6 +73,8 @@ async fn vllms_own_publisher_replays_to_a_late_subscriber() {
         "prompt A's 4 blocks less the removed one (a u64 above i64::MAX)"
     );
     assert_eq!(held(1000..1032), Some((2, 1.6)), "prompt B's 2 blocks, 32-byte hashes, in the CPU tier");
+    assert_eq!(held(2000..2032), Some((2, 2.0)), "prompt C's batch, encoded as a map");
+    assert_eq!(held(3000..3032), Some((2, 2.0)), "prompt D's event, a positional array");
     assert_eq!((stats.malformed.get(), stats.replay_failures.get()), (0, 0));
     assert!(stats.replays.get() >= 1);
     drop(publisher.stdin.take());
