@@ -37,54 +37,34 @@ class ArrayBlockStored(BlockStored, array_like=True, tag="BlockStored"):
     """vLLM's BlockStored, encoded as a positional array after its tag (older vLLM's event form)."""
 
 
+def stored(cls, hashes, first_token: int, block_size: int, medium: str = "GPU"):
+    """A BlockStored (or subclass) of len(hashes) full blocks of consecutive token ids from first_token."""
+    return cls(
+        block_hashes=hashes,
+        parent_block_hash=None,
+        token_ids=list(range(first_token, first_token + len(hashes) * block_size)),
+        block_size=block_size,
+        lora_id=None,
+        medium=medium,
+        lora_name=None,
+    )
+
+
 def main() -> None:
     endpoint, replay, topic, block_size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     publisher = ZmqEventPublisher(
         data_parallel_rank=0, endpoint=endpoint, replay_endpoint=replay, topic=topic
     )
     big = (1 << 64) - 5
-    int_hashes = [11, 12, 13, big]
-    stored_a = BlockStored(
-        block_hashes=int_hashes,
-        parent_block_hash=None,
-        token_ids=list(range(4 * block_size)),
-        block_size=block_size,
-        lora_id=None,
-        medium="GPU",
-        lora_name=None,
-    )
+    stored_a = stored(BlockStored, [11, 12, 13, big], 0, block_size)
     byte_hashes = [bytes(24) + i.to_bytes(8, "big") for i in (21, 22)]
-    stored_b = BlockStored(
-        block_hashes=byte_hashes,
-        parent_block_hash=None,
-        token_ids=list(range(1000, 1000 + 2 * block_size)),
-        block_size=block_size,
-        lora_id=None,
-        medium="CPU",
-        lora_name=None,
-    )
+    stored_b = stored(BlockStored, byte_hashes, 1000, block_size, medium="CPU")
     removed = BlockRemoved(block_hashes=[big], medium="GPU")
     for events in ([stored_a], [stored_b], [removed]):
         publisher.publish(KVEventBatch(ts=time.time(), events=events, data_parallel_rank=0))
-    stored_c = BlockStored(
-        block_hashes=[31, 32],
-        parent_block_hash=None,
-        token_ids=list(range(2000, 2000 + 2 * block_size)),
-        block_size=block_size,
-        lora_id=None,
-        medium="GPU",
-        lora_name=None,
-    )
+    stored_c = stored(BlockStored, [31, 32], 2000, block_size)
     publisher.publish(MapEventBatch(ts=time.time(), events=[stored_c], data_parallel_rank=0))
-    stored_d = ArrayBlockStored(
-        block_hashes=[41, 42],
-        parent_block_hash=None,
-        token_ids=list(range(3000, 3000 + 2 * block_size)),
-        block_size=block_size,
-        lora_id=None,
-        medium="GPU",
-        lora_name=None,
-    )
+    stored_d = stored(ArrayBlockStored, [41, 42], 3000, block_size)
     publisher.publish(KVEventBatch(ts=time.time(), events=[stored_d], data_parallel_rank=0))
     # The publisher thread sends asynchronously; give it time to hand the batches to ZMQ and the buffer.
     time.sleep(1.0)

@@ -65,6 +65,17 @@ pub(crate) fn unit_fraction(field: &str, value: Option<f64>, default: f64) -> Re
     }
 }
 
+/// `value` parsed as a duration ("200ms", "1m30s") if set, else `default`.
+pub(crate) fn duration(
+    field: &str,
+    value: Option<&str>,
+    default: std::time::Duration,
+) -> Result<std::time::Duration, InvalidParameter> {
+    let Some(text) = value else { return Ok(default) };
+    humantime::parse_duration(text.trim())
+        .map_err(|e| InvalidParameter::new(field, format!("{text:?} is not a duration such as \"2s\": {e}")))
+}
+
 /// Checks a burst headroom fraction: finite and ≥ 0. Values above 1.0 (more than doubling the ideal
 /// threshold) are accepted, as upstream does, but logged because they are rarely intended.
 pub(crate) fn check_headroom(plugin: &str, headroom: f64) -> Result<f64, InvalidParameter> {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::super::param_checks;
 use super::TYPE_NAME;
 use crate::kvcache::{HashAlgorithm, PoolConfig, TierWeights, DEFAULT_MAX_BLOCKS};
 use crate::scheduling::{parse_params, PluginError};
@@ -145,12 +146,11 @@ pub(crate) fn parse_config(
         );
     }
     let speculative = p.speculative_indexing.or(indexer.speculative_indexing).unwrap_or(false);
-    let ttl = match p.speculative_ttl.as_deref() {
-        None => DEFAULT_SPECULATIVE_TTL,
-        Some(text) => humantime::parse_duration(text).ok().filter(|ttl| !ttl.is_zero()).ok_or_else(|| {
-            invalid(name, format!("parameter `speculativeTTL` {text:?} is not a positive duration"))
-        })?,
-    };
+    let ttl = param_checks::duration("speculativeTTL", p.speculative_ttl.as_deref(), DEFAULT_SPECULATIVE_TTL)
+        .map_err(|e| e.for_plugin(name, TYPE_NAME))?;
+    if ttl.is_zero() {
+        return Err(invalid(name, "parameter `speculativeTTL` must be a positive duration"));
+    }
     let pool = pool_config(name, p.kv_events_config.unwrap_or_default())?;
     Ok(PreciseConfig {
         block_size_tokens,

@@ -12,11 +12,11 @@
 //! exactly), and a prompt given as token ids is used as it is, with no call at all.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Deserialize;
 
+use super::param_checks;
 use crate::kvcache::{completions_prompt, LocalTokenizer, Prompt, RenderApi, RenderClient, RenderConfig};
 use crate::request::ApiKind;
 use crate::scheduling::{
@@ -123,19 +123,6 @@ impl TokenProducer for RequestTokenizer {
     }
 }
 
-fn duration(
-    name: &str,
-    field: &str,
-    value: Option<&str>,
-    default: Duration,
-) -> Result<Duration, PluginError> {
-    match value {
-        None => Ok(default),
-        Some(text) => humantime::parse_duration(text)
-            .map_err(|e| PluginError::new(name, TYPE_NAME, format!("parameter `{field}` {text:?}: {e}"))),
-    }
-}
-
 pub(crate) fn factory(
     name: &str,
     params: Option<&serde_json::Value>,
@@ -159,8 +146,12 @@ pub(crate) fn factory(
                 return Err(err("parameter `vllm.url` is empty".into()));
             }
             let mut config = RenderConfig::new(v.url);
-            config.timeout = duration(name, "vllm.timeout", v.timeout.as_deref(), config.timeout)?;
-            duration(name, "vllm.mmTimeout", v.mm_timeout.as_deref(), config.timeout)?;
+            let duration = |field, value: &Option<String>, default| {
+                param_checks::duration(field, value.as_deref(), default)
+                    .map_err(|e| e.for_plugin(name, TYPE_NAME))
+            };
+            config.timeout = duration("vllm.timeout", &v.timeout, config.timeout)?;
+            duration("vllm.mmTimeout", &v.mm_timeout, config.timeout)?;
             if let Some(max) = v.max_response_bytes {
                 config.max_response_bytes = max;
             }
