@@ -178,6 +178,9 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     if let Some(s) = args.scrape_interval {
         fleet.scrape_interval = s;
     }
+    if let Some(dir) = &args.samples {
+        std::fs::create_dir_all(dir).with_context(|| format!("--samples {}", dir.display()))?;
+    }
     let choices = choices(&args)?;
     let jobs =
         args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
