@@ -160,6 +160,7 @@ fn setup(n: usize) -> (Arc<Datastore>, Pipeline) {
                 fairness_id: String::new(),
                 priority: 0,
                 endpoint: target,
+                prefill_endpoint: None,
                 input_tokens: sreq.input_tokens,
                 estimated_tokens: sreq.estimated_tokens,
                 dispatched_at: sreq.now,

@@ -13,6 +13,9 @@ pub enum ErrorCode {
     ServiceUnavailable,
     Internal,
     ModelServerError,
+    /// `Prefer: if-available` and the chosen decode pod's cache holds none of the prompt (llm-d's
+    /// conditional decode: the coordinator then runs the full pipeline).
+    PreconditionFailed,
 }
 
 impl ErrorCode {
@@ -24,6 +27,7 @@ impl ErrorCode {
             ErrorCode::ServiceUnavailable => "ServiceUnavailable",
             ErrorCode::Internal => "Internal",
             ErrorCode::ModelServerError => "ModelServerError",
+            ErrorCode::PreconditionFailed => "PreconditionFailed",
         }
     }
 
@@ -33,6 +37,7 @@ impl ErrorCode {
             ErrorCode::BadRequest => 400,
             ErrorCode::ResourceExhausted => 429,
             ErrorCode::ServiceUnavailable => 503,
+            ErrorCode::PreconditionFailed => 412,
             ErrorCode::Internal | ErrorCode::ModelServerError => 500,
         }
     }

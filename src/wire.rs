@@ -21,6 +21,23 @@ pub const SUBSET_KEY: &str = "x-gateway-destination-endpoint-subset";
 /// goes upstream (the Go EPP only avoids echoing them; they still reached the model server).
 pub const CONTROL_HEADERS: &[&str] = &[DESTINATION_KEY, SERVED_KEY, SUBSET_KEY, SCORES_KEY, FALLBACK_KEY];
 
+/// P/D disaggregation (llm-d/llm-d-router:pkg/common/routing/common.go): the prefill pod's `ip:port`, which
+/// the decode pod's sidecar calls for the prefill leg.
+pub const PREFILLER_HEADER: &str = "x-prefiller-host-port";
+/// The encode pods' `ip:port` list (E/P/D).
+pub const ENCODERS_HEADER: &str = "x-encoder-hosts-ports";
+/// A peer holding more of the prompt's cache, for the sidecar to pull from.
+pub const KV_CACHE_SOURCE_HEADER: &str = "x-kv-cache-source-host-port";
+/// Data-parallel rank selection by port (deprecated upstream).
+pub const DATA_PARALLEL_HEADER: &str = "x-data-parallel-host-port";
+/// Headers that name hosts a decode sidecar will call: epp removes every client copy on every request,
+/// and sets the ones its own decision needs.
+pub const PD_HEADERS: &[&str] =
+    &[PREFILLER_HEADER, ENCODERS_HEADER, KV_CACHE_SOURCE_HEADER, DATA_PARALLEL_HEADER];
+/// RFC 7240 `Prefer`; `if-available` asks for a decode pod only if its cache holds the prompt (else 412),
+/// llm-d's conditional decode.
+pub const PREFER_HEADER: &str = "prefer";
+
 /// The request id; epp generates one (and sets it upstream) when the client sent none.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// The InferenceObjective name, mapped to a priority by the `objectives` config.

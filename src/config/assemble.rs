@@ -14,7 +14,8 @@ use super::producers::order_producers;
 use super::schema::{RawPluginRef, RawProfile, RawProfilePlugin};
 use super::ConfigError;
 use crate::scheduling::{
-    BuiltPlugin, FactoryContext, Filter, Picker, Pipeline, PluginId, Profile, Registry, WeightedScorer,
+    BuiltPlugin, FactoryContext, Filter, Picker, Pipeline, PluginError, PluginId, Profile, Registry,
+    WeightedScorer,
 };
 
 pub(crate) const SINGLE_PROFILE_HANDLER: &str = "single-profile-handler";
@@ -29,7 +30,7 @@ pub(crate) struct Declared {
 }
 
 pub(crate) enum DeclaredKind {
-    Scheduling(BuiltPlugin),
+    Scheduling(Box<BuiltPlugin>),
     Local(LocalPlugin),
 }
 
@@ -46,7 +47,7 @@ pub(crate) fn build_pipeline(
         plugins: declared
             .iter()
             .filter_map(|d| match &d.kind {
-                DeclaredKind::Scheduling(p) => Some(p.clone()),
+                DeclaredKind::Scheduling(p) => Some((**p).clone()),
                 DeclaredKind::Local(_) => None,
             })
             .collect(),
@@ -103,6 +104,9 @@ pub(crate) fn build_pipeline(
             }
         }
     };
+    let profile_names: Vec<String> = profiles.iter().map(|p: &Profile| p.name.clone()).collect();
+    let (id, h) = &handler;
+    h.link(&plugins, &profile_names).map_err(|m| PluginError::new(&id.name, id.type_name, m))?;
     let admitters = plugins.iter().filter_map(|p| p.admitter.clone().map(|a| (p.id.clone(), a))).collect();
     let pre_requests =
         plugins.iter().filter_map(|p| p.pre_request.clone().map(|a| (p.id.clone(), a))).collect();

@@ -18,7 +18,8 @@ use crate::scheduling::{FactoryContext, Registry};
 pub const DEFAULT_CONFIG_YAML: &str = include_str!("default.yaml");
 
 /// The apiVersions accepted: GIE's and llm-d-router's.
-pub const API_VERSIONS: &[&str] = &["inference.networking.x-k8s.io/v1alpha1", "llm-d.ai/v1alpha1"];
+pub const API_VERSIONS: &[&str] =
+    &["inference.networking.x-k8s.io/v1alpha1", "llm-d.ai/v1alpha1", "llm-d.ai/v1"];
 pub const KIND: &str = "EndpointPickerConfig";
 /// The deprecated environment variable that also turns the `flowControl` gate on (upstream
 /// kubernetes-sigs/gateway-api-inference-extension:cmd/epp/runner/runner.go), read with Go's
@@ -192,7 +193,7 @@ fn build_declared(
         let kind = if let Some(local) = build_local(i, &name, type_name, params) {
             DeclaredKind::Local(local?)
         } else if let Some(factory) = registry.get(type_name) {
-            DeclaredKind::Scheduling(factory(&name, params, ctx)?)
+            DeclaredKind::Scheduling(Box::new(factory(&name, params, ctx)?))
         } else {
             let mut known: Vec<String> =
                 registry.type_names().chain(LOCAL_TYPES.iter().copied()).map(str::to_string).collect();

@@ -9,6 +9,7 @@
 mod endpoint;
 mod health;
 mod pool;
+mod role;
 mod subset;
 
 pub use endpoint::{format_host_port, Endpoint, EndpointTelemetry};
@@ -16,4 +17,5 @@ pub use health::{
     BreakerPolicy, BreakerState, EjectionReason, EndpointHealth, Outcome, Transition, RATE_WINDOW_REQUESTS,
 };
 pub use pool::{Datastore, EndpointChanges};
+pub use role::{PodRole, ROLE_LABEL};
 pub use subset::{locate, InvalidSubsetEntry, SubsetEntry, SubsetHint, SubsetMatch};

@@ -14,12 +14,13 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 
 use crate::datastore::Endpoint;
-use crate::error::RequestError;
+use crate::error::{ErrorCode, RequestError};
 use crate::scheduling::profile::{NoTrace, ProfileTrace};
 use crate::scheduling::{
     Candidate, DispatchInfo, Observer, Pipeline, PluginId, SaturationDetector, SchedulingError,
     SchedulingRequest, SchedulingResult,
 };
+use crate::wire::PREFER_HEADER;
 
 /// Numbers dispatches: unique in the process, so per-request plugin state never collides.
 static NEXT_DISPATCH: AtomicU64 = AtomicU64::new(1);
@@ -53,6 +54,10 @@ pub enum Refusal {
     /// The pipeline finished without a target (a plugin bug, not the request's fault).
     #[error("scheduler returned no target")]
     NoTarget,
+    /// `Prefer: if-available` and the chosen decode pod holds none of the prompt (llm-d's conditional
+    /// decode; its coordinator then runs the whole pipeline).
+    #[error("no decode worker has the requested KV cache")]
+    CacheMiss,
 }
 
 impl Refusal {
@@ -65,6 +70,7 @@ impl Refusal {
             Refusal::NotAdmitted { load: false, .. } | Refusal::NoTarget => {
                 RequestError::internal(self.to_string())
             }
+            Refusal::CacheMiss => RequestError::new(ErrorCode::PreconditionFailed, self.to_string()),
         }
     }
 }
@@ -153,12 +159,33 @@ pub(super) fn decide_traced<T: DecisionTrace + ?Sized>(
         return Err(why);
     }
     let endpoint = result.targets().first().cloned().ok_or(Refusal::NoTarget)?;
+    if conditional_decode(req) && !holds_prefix(candidates, &endpoint) {
+        scheduled(None);
+        return Err(Refusal::CacheMiss);
+    }
     scheduled(Some(&endpoint));
-    let dispatch = dispatch_info(req, candidates, endpoint);
+    let dispatch = dispatch_info(req, candidates, endpoint, result.extras.prefill.clone());
     if !explaining {
         pipeline.pre_request(req, &result, &dispatch, observer);
     }
     Ok(Decision { result, dispatch })
+}
+
+/// Whether the request says `Prefer: if-available` (RFC 7240: a comma list of preferences, each with
+/// optional `;` parameters; llm-d/llm-d-router:pkg/common/routing/common.go `IsConditionalDecode`).
+fn conditional_decode(req: &SchedulingRequest<'_>) -> bool {
+    req.headers.get(PREFER_HEADER).is_some_and(|v| {
+        v.split(',').any(|p| p.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("if-available"))
+    })
+}
+
+/// Whether the producers found any of the prompt cached on `endpoint`.
+fn holds_prefix(candidates: &[Candidate], endpoint: &Arc<Endpoint>) -> bool {
+    candidates
+        .iter()
+        .find(|c| Arc::ptr_eq(&c.endpoint, endpoint))
+        .and_then(|c| c.attrs.prefix)
+        .is_some_and(|m| m.match_blocks > 0)
 }
 
 /// The dispatch record of `req` to `endpoint`, with the attributes the producers wrote for it.
@@ -166,6 +193,7 @@ fn dispatch_info(
     req: &SchedulingRequest<'_>,
     candidates: &[Candidate],
     endpoint: Arc<Endpoint>,
+    prefill_endpoint: Option<Arc<Endpoint>>,
 ) -> DispatchInfo {
     let attrs =
         candidates.iter().find(|c| Arc::ptr_eq(&c.endpoint, &endpoint)).map(|c| c.attrs).unwrap_or_default();
@@ -176,6 +204,7 @@ fn dispatch_info(
         fairness_id: req.fairness_id.to_string(),
         priority: req.priority,
         endpoint,
+        prefill_endpoint,
         input_tokens: req.input_tokens,
         estimated_tokens: req.estimated_tokens,
         // The decision's instant (decide reads no clock): the lab's virtual time, the server's start of

@@ -10,7 +10,7 @@ use super::{ActiveRequest, Decision, Director, IncomingRequest, Prepared, Routed
 use crate::flowcontrol::DispatchTicket;
 use crate::request::{splice_model, ResponseReader};
 use crate::scheduling::{ProfileRunResult, SchedulingResult};
-use crate::wire::{CONTROL_HEADERS, DESTINATION_KEY, REQUEST_ID_HEADER};
+use crate::wire::{CONTROL_HEADERS, DESTINATION_KEY, PD_HEADERS, REQUEST_ID_HEADER};
 
 impl Director {
     /// Builds the answer for a decided request and registers it as running; `ticket` (flow control's
@@ -73,10 +73,17 @@ pub fn routing_mutation(
     if req.generated_id {
         set_headers.push((REQUEST_ID_HEADER.to_string(), req.request_id.clone()));
     }
-    // The destination header is overwritten (set), so it need not be removed too.
+    let upstream = &result.extras.upstream_headers;
+    set_headers.extend(upstream.iter().map(|(k, v)| ((*k).to_string(), v.clone())));
+    // A header that is set is overwritten (every client copy replaced), so it need not be removed too.
+    // The P/D headers go whoever sent them: a client naming its own "prefiller" would have the decode
+    // sidecar call any host it likes (llm-d never removes them; Dynamo's contract requires it).
     let remove_headers = CONTROL_HEADERS
         .iter()
-        .filter(|h| **h != DESTINATION_KEY && req.headers.contains(h))
+        .chain(PD_HEADERS)
+        .filter(|h| {
+            **h != DESTINATION_KEY && !upstream.iter().any(|(k, _)| k == *h) && req.headers.contains(h)
+        })
         .map(std::string::ToString::to_string)
         .collect();
     let scores = if emit_scores { result.primary().map(scores_json) } else { None };

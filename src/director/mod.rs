@@ -18,6 +18,8 @@ mod finish;
 mod metrics;
 mod metrics_names;
 mod mutation;
+#[cfg(test)]
+mod pd_tests;
 mod prepare;
 mod probe;
 mod probe_view;

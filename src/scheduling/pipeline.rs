@@ -10,7 +10,7 @@ use rand::rngs::SmallRng;
 use super::observer::{ExtensionPoint, Observer};
 use super::plugin::{
     Admitter, BuiltPlugin, Completion, DataProducer, DispatchInfo, EndpointListener, PluginId, PreRequest,
-    ProfileHandler, ResponseHook, TokenProducer,
+    ProfileCycle, ProfileHandler, ResponseHook, TokenProducer,
 };
 use super::profile::{NoTrace, Profile, ProfileTrace, Scratch};
 use super::types::{Candidate, SchedulingError, SchedulingRequest, SchedulingResult};
@@ -156,8 +156,14 @@ impl Pipeline {
             let mut scratch = scratch.borrow_mut();
             loop {
                 let mut next = Vec::new();
+                let cycle = ProfileCycle {
+                    profiles: &self.profile_names,
+                    done: &done,
+                    results: &results,
+                    candidates,
+                };
                 obs.time(ExtensionPoint::ProfilePicker, handler_id, &mut || {
-                    next = handler.pick_profiles(req, &self.profile_names, &done);
+                    next = handler.pick_profiles(req, &cycle);
                 });
                 if next.is_empty() {
                     break;
@@ -171,8 +177,12 @@ impl Pipeline {
                         .iter()
                         .find(|p| p.name == name)
                         .ok_or_else(|| SchedulingError::Handler(format!("unknown profile {name:?}")))?;
-                    let result = profile.run_traced(req, candidates, rng, &mut scratch, obs, &mut *trace)?;
-                    results.push((name.clone(), result));
+                    match profile.run_traced(req, candidates, rng, &mut scratch, obs, &mut *trace) {
+                        Ok(result) => results.push((name.clone(), result)),
+                        Err(e) if handler.profile_required(&name) => return Err(e),
+                        // An optional stage that found no endpoint: the cycle goes on without it.
+                        Err(_) => {}
+                    }
                     done.push(name);
                 }
             }
@@ -183,7 +193,10 @@ impl Pipeline {
             primary = handler.primary_profile(&results);
         });
         let primary_profile = primary.map_err(SchedulingError::Handler)?;
-        Ok(SchedulingResult { profile_results: results, primary_profile })
+        let mut result =
+            SchedulingResult { profile_results: results, primary_profile, extras: Default::default() };
+        result.extras = handler.extras(&result);
+        Ok(result)
     }
 
     pub fn pre_request(

@@ -11,7 +11,10 @@ use std::time::Instant;
 
 use rand::rngs::SmallRng;
 
-use super::types::{Candidate, EndpointAttributes, SchedulingRequest, SchedulingResult, ScoredCandidate};
+use super::types::{
+    Candidate, EndpointAttributes, ProfileRunResult, ResultExtras, SchedulingRequest, SchedulingResult,
+    ScoredCandidate,
+};
 use crate::datastore::Endpoint;
 use crate::request::Usage;
 
@@ -64,14 +67,60 @@ pub trait Picker: Send + Sync {
     fn pick(&self, scored: &mut [ScoredCandidate], rng: &mut SmallRng, out: &mut Vec<usize>);
 }
 
+/// What a profile handler sees when it picks the next profiles.
+#[derive(Debug, Clone, Copy)]
+pub struct ProfileCycle<'a> {
+    /// Every configured profile, in config order.
+    pub profiles: &'a [String],
+    /// The profiles already run, including any that found no endpoint.
+    pub done: &'a [String],
+    /// The results of those that found one.
+    pub results: &'a [(String, ProfileRunResult)],
+    /// The cycle's candidates, with the producers' attributes (a decider reads the chosen decode pod's
+    /// prefix match here).
+    pub candidates: &'a [Candidate],
+}
+
+impl ProfileCycle<'_> {
+    /// The result of profile `name`, if it ran and found an endpoint.
+    pub fn result(&self, name: &str) -> Option<&ProfileRunResult> {
+        self.results.iter().find(|(n, _)| n == name).map(|(_, r)| r)
+    }
+
+    /// The candidate behind `endpoint`.
+    pub fn candidate(&self, endpoint: &Arc<Endpoint>) -> Option<&Candidate> {
+        self.candidates.iter().find(|c| Arc::ptr_eq(&c.endpoint, endpoint))
+    }
+}
+
 /// Decides which profiles run and which result is primary.
 pub trait ProfileHandler: Send + Sync {
-    /// Names of the profiles to run next, given those already run (`done`); empty ends the cycle.
-    fn pick_profiles(&self, req: &SchedulingRequest<'_>, profiles: &[String], done: &[String])
-        -> Vec<String>;
+    /// Names of the profiles to run next; empty ends the cycle.
+    fn pick_profiles(&self, req: &SchedulingRequest<'_>, cycle: &ProfileCycle<'_>) -> Vec<String>;
     /// Chooses the primary profile among the results.
-    fn primary_profile(&self, results: &[(String, super::types::ProfileRunResult)])
-        -> Result<String, String>;
+    fn primary_profile(&self, results: &[(String, ProfileRunResult)]) -> Result<String, String>;
+    /// Whether a profile that finds no endpoint fails the cycle. `false` lets the cycle go on without it
+    /// (a P/D prefill profile with no prefill pod left: the decode pod prefills locally).
+    fn profile_required(&self, _profile: &str) -> bool {
+        true
+    }
+    /// What the cycle's result means beyond the primary target: the prefill leg's endpoint and the
+    /// headers that tell the decode sidecar about it. Called once per cycle, after `primary_profile`.
+    fn extras(&self, _result: &SchedulingResult) -> ResultExtras {
+        ResultExtras::default()
+    }
+    /// Resolves this handler's references to other plugins (a disaggregation handler's deciders) and
+    /// checks the profiles it needs exist, once every plugin and profile is known. The error names the
+    /// parameter (the loader adds the handler's name).
+    fn link(&self, _plugins: &[BuiltPlugin], _profiles: &[String]) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Decides, for a request and the decode endpoint chosen for it, whether a disaggregation stage runs
+/// (llm-d's `deciderPlugin`).
+pub trait Decider: Send + Sync {
+    fn disaggregate(&self, req: &SchedulingRequest<'_>, decode: &Candidate) -> bool;
 }
 
 /// Attaches per-endpoint attributes to the cycle's candidates before filtering and scoring.
@@ -113,6 +162,9 @@ pub struct DispatchInfo {
     pub priority: i32,
     /// The primary target.
     pub endpoint: Arc<Endpoint>,
+    /// The endpoint running the prefill leg of a disaggregated request (P/D); `None` when the primary
+    /// target prefills locally.
+    pub prefill_endpoint: Option<Arc<Endpoint>>,
     pub input_tokens: u64,
     pub estimated_tokens: u64,
     pub dispatched_at: Instant,
@@ -186,6 +238,7 @@ pub struct BuiltPlugin {
     pub response: Option<Arc<dyn ResponseHook>>,
     pub endpoint_listener: Option<Arc<dyn EndpointListener>>,
     pub token_producer: Option<Arc<dyn TokenProducer>>,
+    pub decider: Option<Arc<dyn Decider>>,
     /// How saturated a set of endpoints is, for admission and flow control (`saturationDetector.pluginRef`).
     pub saturation_detector: Option<Arc<dyn crate::scheduling::SaturationDetector>>,
     /// Data this plugin reads that a producer must supply.
@@ -220,6 +273,7 @@ impl BuiltPlugin {
             response: None,
             endpoint_listener: None,
             token_producer: None,
+            decider: None,
             saturation_detector: None,
             consumes: Vec::new(),
         }
@@ -258,6 +312,10 @@ impl BuiltPlugin {
     }
     pub fn token_producer(mut self, p: Arc<dyn TokenProducer>) -> Self {
         self.token_producer = Some(p);
+        self
+    }
+    pub fn decider(mut self, p: Arc<dyn Decider>) -> Self {
+        self.decider = Some(p);
         self
     }
     pub fn endpoint_listener(mut self, p: Arc<dyn EndpointListener>) -> Self {

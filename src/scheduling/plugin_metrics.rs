@@ -28,6 +28,7 @@ pub struct PluginMetrics {
     pub inflight: Arc<InflightMetrics>,
     pub latency: Arc<LatencyMetrics>,
     pub kv_cache: Arc<super::kv_cache_metrics::KvCacheMetrics>,
+    pub disagg: Arc<super::plugins::disagg::DisaggMetrics>,
 }
 
 impl PluginMetrics {
@@ -38,6 +39,7 @@ impl PluginMetrics {
             inflight: InflightMetrics::register(registry),
             latency: LatencyMetrics::register(registry),
             kv_cache: super::kv_cache_metrics::KvCacheMetrics::register(registry),
+            disagg: super::plugins::disagg::DisaggMetrics::register(registry),
         }
     }
 

@@ -162,6 +162,17 @@ pub struct ProfileRunResult {
 pub struct SchedulingResult {
     pub profile_results: Vec<(String, ProfileRunResult)>,
     pub primary_profile: String,
+    /// What the profile handler made of the results beyond the primary target.
+    pub extras: ResultExtras,
+}
+
+/// A profile handler's reading of a cycle's results beyond the primary target (P/D).
+#[derive(Debug, Clone, Default)]
+pub struct ResultExtras {
+    /// The endpoint that runs the prefill leg, when it is not the primary target.
+    pub prefill: Option<Arc<Endpoint>>,
+    /// Headers the upstream request carries (`x-prefiller-host-port`).
+    pub upstream_headers: Vec<(&'static str, String)>,
 }
 
 impl SchedulingResult {

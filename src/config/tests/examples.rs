@@ -22,6 +22,7 @@ const MUST_LOAD: &[&str] = &[
     "predicted-latency-design.yaml",
     "llamacpp.yaml",
     "precise-prefix.yaml",
+    "pd-disaggregation.yaml",
 ];
 
 /// Examples using plugins epp may not implement: they load, or fail only with "unknown type".

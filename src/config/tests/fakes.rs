@@ -13,8 +13,8 @@ use crate::scheduling::types::ProfileRunResult;
 use crate::scheduling::PluginMetrics;
 use crate::scheduling::{
     parse_params, Admitter, BuiltPlugin, Candidate, DataKey, DataProducer, DispatchInfo, EndpointListener,
-    FactoryContext, Filter, Picker, PluginError, PreRequest, ProfileHandler, Registry, ResponseHook,
-    SchedulingRequest, SchedulingResult, ScoredCandidate, Scorer, ScorerCategory,
+    FactoryContext, Filter, Picker, PluginError, PreRequest, ProfileCycle, ProfileHandler, Registry,
+    ResponseHook, SchedulingRequest, SchedulingResult, ScoredCandidate, Scorer, ScorerCategory,
 };
 
 pub(super) fn ctx() -> FactoryContext {
@@ -52,9 +52,9 @@ impl Picker for FakePicker {
 
 struct FakeHandler;
 impl ProfileHandler for FakeHandler {
-    fn pick_profiles(&self, _: &SchedulingRequest<'_>, profiles: &[String], done: &[String]) -> Vec<String> {
-        if done.is_empty() {
-            profiles.to_vec()
+    fn pick_profiles(&self, _: &SchedulingRequest<'_>, cycle: &ProfileCycle<'_>) -> Vec<String> {
+        if cycle.done.is_empty() {
+            cycle.profiles.to_vec()
         } else {
             Vec::new()
         }
@@ -240,6 +240,7 @@ pub(super) fn registry() -> Registry {
     r.register(slo_headroom_tier_filter::TYPE_NAME, slo_headroom_tier_filter::factory);
     r.register(latency_scorer::TYPE_NAME, latency_scorer::factory);
     r.register(latency_slo_admitter::TYPE_NAME, latency_slo_admitter::factory);
+    crate::scheduling::plugins::register_disaggregation(&mut r);
     r.register("utilization-detector", utilization_detector);
     r.register("concurrency-detector", concurrency_detector);
     r.register("test-admitter", admitter);

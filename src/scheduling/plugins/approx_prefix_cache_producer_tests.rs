@@ -141,6 +141,7 @@ fn prefill_target_is_recorded_too() {
             ("prefill".into(), ProfileRunResult { targets: vec![prefill], scores: vec![] }),
         ],
         primary_profile: "decode".into(),
+        extras: Default::default(),
     };
     p.pre_request(&f.request(), &result, &dispatch(&decode, 1, 1));
     assert_eq!(matches(&p, &f, &mut c).iter().map(|m| m.match_blocks).collect::<Vec<_>>(), vec![3, 3]);

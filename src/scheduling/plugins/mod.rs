@@ -11,13 +11,16 @@ use serde::Deserialize;
 
 use super::registry::{parse_params, PluginError, Registry};
 
+pub(crate) mod active_request_scorer;
 pub(crate) mod approx_prefix_cache_producer;
 pub(crate) mod concurrency_capacity;
 pub(crate) mod concurrency_detector;
 pub(crate) mod destination_endpoint_served_verifier;
+pub mod disagg;
 pub(crate) mod header_based_testing_filter;
 pub(crate) mod inflight_load_producer;
 pub(crate) mod kv_cache_utilization_scorer;
+pub(crate) mod label_selector_filter;
 pub(crate) mod latency_scorer;
 pub(crate) mod latency_slo_admitter;
 pub(crate) mod lora_affinity_scorer;
@@ -30,6 +33,7 @@ pub(crate) mod prefix_hash;
 mod prefix_index;
 pub(crate) mod queue_scorer;
 pub(crate) mod random_picker;
+pub(crate) mod role_filters;
 pub(crate) mod running_requests_size_scorer;
 pub(crate) mod single_profile_handler;
 pub(crate) mod slo_headroom_tier_filter;
@@ -108,6 +112,27 @@ pub fn register_all(registry: &mut Registry) {
     registry.register(slo_headroom_tier_filter::TYPE_NAME, slo_headroom_tier_filter::factory);
     registry.register(latency_scorer::TYPE_NAME, latency_scorer::factory);
     registry.register(latency_slo_admitter::TYPE_NAME, latency_slo_admitter::factory);
+    register_disaggregation(registry);
+}
+
+/// P/D: the handler, its deciders, the role and label filters, and the decode profile's scorer.
+pub(crate) fn register_disaggregation(registry: &mut Registry) {
+    registry.register(disagg::TYPE_NAME, disagg::factory);
+    registry.register(disagg::PREFIX_BASED, disagg::prefix_based_factory);
+    registry.register(disagg::ALWAYS, disagg::always_factory);
+    registry.register(role_filters::PREFILL, role_filters::prefill_factory);
+    registry.register(role_filters::DECODE, role_filters::decode_factory);
+    registry.register(role_filters::ENCODE, role_filters::encode_factory);
+    registry.register(label_selector_filter::TYPE_NAME, label_selector_filter::factory);
+    registry.register(
+        label_selector_filter::DEPRECATED_SELECTOR,
+        label_selector_filter::deprecated_selector_factory,
+    );
+    registry.register(
+        label_selector_filter::DEPRECATED_BY_LABEL,
+        label_selector_filter::deprecated_by_label_factory,
+    );
+    registry.register(active_request_scorer::TYPE_NAME, active_request_scorer::factory);
 }
 
 /// The parameters of a plugin that takes none: decoding it rejects every key.
@@ -172,6 +197,14 @@ mod tests {
             "slo-headroom-tier-filter",
             "latency-scorer",
             "latency-slo-admitter",
+            "disagg-profile-handler",
+            "prefix-based-pd-decider",
+            "always-disagg-pd-decider",
+            "prefill-filter",
+            "decode-filter",
+            "encode-filter",
+            "label-selector-filter",
+            "active-request-scorer",
         ] {
             assert!(names.contains(&t), "{t} missing");
         }
@@ -181,7 +214,8 @@ mod tests {
     fn every_builtin_builds_with_no_parameters() {
         let r = Registry::with_builtins();
         let ctx = testing::ctx();
-        for t in r.type_names() {
+        // The deprecated `by-label` filter has a required parameter, as upstream.
+        for t in r.type_names().filter(|t| *t != label_selector_filter::DEPRECATED_BY_LABEL) {
             let factory = r.get(t).unwrap();
             let built = factory(t, None, &ctx).unwrap_or_else(|e| panic!("{t}: {e}"));
             assert_eq!(built.id.type_name, t);

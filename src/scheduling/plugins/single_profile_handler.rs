@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use super::expect_no_params;
 use crate::scheduling::{
-    BuiltPlugin, FactoryContext, PluginError, ProfileHandler, ProfileRunResult, SchedulingRequest,
+    BuiltPlugin, FactoryContext, PluginError, ProfileCycle, ProfileHandler, ProfileRunResult,
+    SchedulingRequest,
 };
 
 pub(crate) const TYPE_NAME: &str = "single-profile-handler";
@@ -16,11 +17,11 @@ pub(crate) const TYPE_NAME: &str = "single-profile-handler";
 pub struct SingleProfileHandler;
 
 impl ProfileHandler for SingleProfileHandler {
-    fn pick_profiles(&self, _: &SchedulingRequest<'_>, profiles: &[String], done: &[String]) -> Vec<String> {
-        if !done.is_empty() {
+    fn pick_profiles(&self, _: &SchedulingRequest<'_>, cycle: &ProfileCycle<'_>) -> Vec<String> {
+        if !cycle.done.is_empty() {
             return Vec::new();
         }
-        profiles.to_vec()
+        cycle.profiles.to_vec()
     }
 
     fn primary_profile(&self, results: &[(String, ProfileRunResult)]) -> Result<String, String> {
@@ -53,8 +54,9 @@ mod tests {
     fn runs_every_profile_once() {
         let f = RequestFixture::empty();
         let profiles = vec!["default".to_string()];
-        assert_eq!(SingleProfileHandler.pick_profiles(&f.request(), &profiles, &[]), profiles);
-        assert!(SingleProfileHandler.pick_profiles(&f.request(), &profiles, &profiles).is_empty());
+        let cycle = |done| ProfileCycle { profiles: &profiles, done, results: &[], candidates: &[] };
+        assert_eq!(SingleProfileHandler.pick_profiles(&f.request(), &cycle(&[])), profiles);
+        assert!(SingleProfileHandler.pick_profiles(&f.request(), &cycle(&profiles)).is_empty());
     }
 
     #[test]

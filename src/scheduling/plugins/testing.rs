@@ -25,6 +25,13 @@ pub(crate) fn endpoint_at(name: &str, addr: &str) -> Arc<Endpoint> {
     Arc::new(Endpoint::new(name, addr))
 }
 
+/// Endpoint `n` with the given pod labels (a `None` value leaves that label off).
+pub(crate) fn labelled_endpoint(n: u8, labels: &[(&str, Option<&str>)]) -> Arc<Endpoint> {
+    let labels = labels.iter().filter_map(|(k, v)| v.map(|v| (k.to_string(), v.to_string()))).collect();
+    let addr: SocketAddr = format!("10.0.0.{n}:8000").parse().expect("test address");
+    Arc::new(Endpoint::new(format!("pod-{n}"), addr).with_labels(labels))
+}
+
 /// A candidate for endpoint `n` with the given telemetry.
 pub(crate) fn candidate(n: u8, metrics: EndpointTelemetry) -> Candidate {
     let ep = endpoint(n);
@@ -118,6 +125,7 @@ pub(crate) fn dispatch(endpoint: &Arc<Endpoint>, input_tokens: u64, estimated_to
         fairness_id: String::new(),
         priority: 0,
         endpoint: endpoint.clone(),
+        prefill_endpoint: None,
         input_tokens,
         estimated_tokens,
         dispatched_at: Instant::now(),
@@ -133,10 +141,12 @@ pub(crate) fn result_for(targets: &[Arc<Endpoint>]) -> SchedulingResult {
             ProfileRunResult { targets: targets.to_vec(), scores: Vec::new() },
         )],
         primary_profile: "default".into(),
+        extras: Default::default(),
     }
 }
 
-type FactoryFn = fn(&str, Option<&serde_json::Value>, &FactoryContext) -> Result<BuiltPlugin, PluginError>;
+pub(crate) type FactoryFn =
+    fn(&str, Option<&serde_json::Value>, &FactoryContext) -> Result<BuiltPlugin, PluginError>;
 
 pub(crate) fn build(factory: FactoryFn, params: serde_json::Value) -> Result<BuiltPlugin, PluginError> {
     factory("p", Some(&params), &ctx())

@@ -23,7 +23,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::datastore::Endpoint;
+use crate::datastore::{Endpoint, PodRole, ROLE_LABEL};
 use crate::predictor::features::{accelerator_code, Observation, PodType, TPOT_COLUMNS, TTFT_COLUMNS};
 use crate::predictor::online::{Intake, Predictor};
 use crate::scheduling::{
@@ -112,11 +112,13 @@ impl PredictedLatencyProducer {
         }
     }
 
+    /// The pod's stage, from `endpointRoleLabel` or, by default, llm-d's role label: a pod that only
+    /// prefills or only decodes is that type; interleaved and unlabelled pods do both.
     fn pod_type(&self, endpoint: &Endpoint) -> PodType {
-        let role = self.settings.endpoint_role_label.as_deref().and_then(|l| endpoint.labels.get(l));
-        match role.map(String::as_str) {
-            Some("prefill") => PodType::Prefill,
-            Some("decode") => PodType::Decode,
+        let label = self.settings.endpoint_role_label.as_deref().unwrap_or(ROLE_LABEL);
+        match endpoint.labels.get(label).and_then(|v| PodRole::parse(v)) {
+            Some(r) if r.prefill && !r.decode => PodType::Prefill,
+            Some(r) if r.decode && !r.prefill => PodType::Decode,
             _ => PodType::Both,
         }
     }

@@ -56,7 +56,8 @@ pub struct ProducerSettings {
     /// A request still running after this long is forgotten: no training row, and its TPOT objective no
     /// longer constrains its endpoint.
     pub context_ttl: Duration,
-    /// The label whose value `prefill` / `decode` gives the endpoint's P/D role.
+    /// The label holding the endpoint's P/D role (`prefill`, `decode`, interleaved roles); `None`: llm-d's
+    /// `llm-d.ai/role`.
     pub endpoint_role_label: Option<String>,
     /// `false`: training only, no predictions written.
     pub predict_in_produce: bool,

@@ -1,0 +1,140 @@
+//! The deciders a disaggregation handler asks whether a stage runs
+//! (llm-d/llm-d-router:pkg/epp/framework/plugins/scheduling/profilehandler/disagg/*_decider.go).
+//!
+//! `prefix-based-pd-decider` disaggregates when the part of the prompt the chosen decode pod does not
+//! hold is at least `nonCachedTokens` (0, the default, turns P/D off), and, with `promptTokens` > 0, only
+//! prompts of at least that many tokens. The decode pod's hit is its prefix match ratio times the prompt
+//! (llm-d multiplies matched blocks by the block size; the same figure, for approximate and precise
+//! matches alike). It consumes the prefix match, so the loader adds `approx-prefix-cache-producer` when no
+//! prefix producer is declared. `always-disagg-pd-decider` always disaggregates.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::super::expect_no_params;
+use crate::scheduling::{
+    parse_params, BuiltPlugin, Candidate, DataKey, Decider, FactoryContext, PluginError, SchedulingRequest,
+};
+
+pub(crate) const PREFIX_BASED: &str = "prefix-based-pd-decider";
+pub(crate) const ALWAYS: &str = "always-disagg-pd-decider";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PrefixParams {
+    non_cached_tokens: Option<i64>,
+    prompt_tokens: Option<i64>,
+}
+
+/// Disaggregates prompts whose uncached part on the decode pod is large enough.
+#[derive(Debug, Clone, Copy)]
+pub struct PrefixBasedDecider {
+    non_cached_tokens: u64,
+    prompt_tokens: u64,
+}
+
+impl Decider for PrefixBasedDecider {
+    fn disaggregate(&self, req: &SchedulingRequest<'_>, decode: &Candidate) -> bool {
+        if self.non_cached_tokens == 0 {
+            return false;
+        }
+        let prompt = req.token_ids.map_or(req.input_tokens, |t| t.len() as u64);
+        if prompt < self.prompt_tokens || prompt < self.non_cached_tokens {
+            return false;
+        }
+        let cached = (prompt as f64 * decode.attrs.prefix_ratio()).round() as u64;
+        prompt.saturating_sub(cached) >= self.non_cached_tokens
+    }
+}
+
+/// Disaggregates every request.
+#[derive(Debug, Clone, Copy)]
+pub struct AlwaysDecider;
+
+impl Decider for AlwaysDecider {
+    fn disaggregate(&self, _: &SchedulingRequest<'_>, _: &Candidate) -> bool {
+        true
+    }
+}
+
+pub(crate) fn prefix_based_factory(
+    name: &str,
+    params: Option<&serde_json::Value>,
+    _ctx: &FactoryContext,
+) -> Result<BuiltPlugin, PluginError> {
+    let p: PrefixParams = parse_params(name, PREFIX_BASED, params)?;
+    let non_negative = |field: &str, v: Option<i64>| {
+        let v = v.unwrap_or(0);
+        u64::try_from(v).map_err(|_| {
+            PluginError::new(name, PREFIX_BASED, format!("parameter `{field}` must be ≥ 0, got {v}"))
+        })
+    };
+    let decider = PrefixBasedDecider {
+        non_cached_tokens: non_negative("nonCachedTokens", p.non_cached_tokens)?,
+        prompt_tokens: non_negative("promptTokens", p.prompt_tokens)?,
+    };
+    if decider.non_cached_tokens == 0 {
+        tracing::info!(
+            plugin = name,
+            "prefix-based-pd-decider: nonCachedTokens is 0, so it never disaggregates"
+        );
+    }
+    Ok(BuiltPlugin::new(PREFIX_BASED, name).decider(Arc::new(decider)).consumes(&[DataKey::PrefixCacheMatch]))
+}
+
+pub(crate) fn always_factory(
+    name: &str,
+    params: Option<&serde_json::Value>,
+    _ctx: &FactoryContext,
+) -> Result<BuiltPlugin, PluginError> {
+    expect_no_params(name, ALWAYS, params)?;
+    Ok(BuiltPlugin::new(ALWAYS, name).decider(Arc::new(AlwaysDecider)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::plugins::testing::*;
+    use crate::scheduling::PrefixMatch;
+    use serde_json::json;
+
+    fn decides(params: serde_json::Value, prompt_tokens: u64, cached_fraction: f64) -> bool {
+        let built = build(prefix_based_factory, params).unwrap();
+        let mut c = Candidate::new(endpoint(1));
+        let total = 100;
+        let matched = (cached_fraction * total as f64) as usize;
+        c.attrs.prefix = Some(PrefixMatch { match_blocks: matched, total_blocks: total, block_chars: 64 });
+        let mut f = RequestFixture::empty();
+        f.estimated_tokens = prompt_tokens * 2;
+        built.decider.unwrap().disaggregate(&f.request(), &c)
+    }
+
+    #[test]
+    fn disaggregates_when_the_uncached_part_is_large_enough() {
+        let p = json!({"nonCachedTokens": 1000});
+        assert!(decides(p.clone(), 4000, 0.5));
+        assert!(!decides(p.clone(), 4000, 0.8));
+        assert!(!decides(p.clone(), 900, 0.0));
+        assert!(decides(p, 1000, 0.0));
+    }
+
+    #[test]
+    fn zero_threshold_disables_and_prompt_gate_applies() {
+        assert!(!decides(json!({}), 100_000, 0.0));
+        let p = json!({"nonCachedTokens": 100, "promptTokens": 2000});
+        assert!(!decides(p.clone(), 1999, 0.0));
+        assert!(decides(p, 2000, 0.0));
+    }
+
+    #[test]
+    fn parameters_are_checked() {
+        assert_rejects(prefix_based_factory, json!({"nonCachedTokens": -1}), "nonCachedTokens");
+        assert_rejects(prefix_based_factory, json!({"threshold": 5}), "threshold");
+        assert_rejects(always_factory, json!({"x": 1}), "x");
+        assert!(build(prefix_based_factory, json!({}))
+            .unwrap()
+            .consumes
+            .contains(&DataKey::PrefixCacheMatch));
+    }
+}
