@@ -15,11 +15,16 @@
 //! The GIE default wins when unset because `token-load-scorer`'s threshold (4194304 = "128 requests @ 32K")
 //! is calibrated on it.
 //!
+//! A disaggregated request (P/D) also loads its prefill pod: one request and its prompt tokens, from
+//! dispatch until the prefill leg is over. The decode sidecar answers only after the prefill leg returned,
+//! so the response's headers mark its end; a request that ends before any (cancelled, the prefill pod
+//! dead) releases it on completion. Either way exactly once.
+//!
 //! Counters are atomics read lock-free per candidate under a read lock of the endpoint map; the gauges
 //! `set_inflight` are published under a per-endpoint mutex after each change, so the last value
 //! published is always the current one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -87,6 +92,8 @@ pub struct InFlightLoadProducer {
     name: String,
     basis: TokenBasis,
     counters: RwLock<HashMap<EndpointKey, Arc<Counters>, IntBuildHasher>>,
+    /// Dispatches whose prefill leg still counts on their prefill pod.
+    prefilling: Mutex<HashSet<u64>>,
     metrics: Arc<InflightMetrics>,
 }
 
@@ -99,7 +106,13 @@ impl std::fmt::Debug for InFlightLoadProducer {
 impl InFlightLoadProducer {
     /// `name` labels the exported gauges.
     pub fn new(name: &str, basis: TokenBasis, metrics: Arc<InflightMetrics>) -> Self {
-        Self { name: name.to_string(), basis, counters: RwLock::new(HashMap::default()), metrics }
+        Self {
+            name: name.to_string(),
+            basis,
+            counters: RwLock::new(HashMap::default()),
+            prefilling: Mutex::new(HashSet::new()),
+            metrics,
+        }
     }
 
     /// The current in-flight load of `endpoint` (zero when it has none).
@@ -170,23 +183,69 @@ impl DataProducer for InFlightLoadProducer {
     }
 }
 
+impl InFlightLoadProducer {
+    fn acquire(&self, endpoint: &Arc<Endpoint>, tokens: i64) {
+        let c = self.get_or_create(endpoint);
+        add(&c.requests, 1);
+        add(&c.tokens, tokens);
+        self.publish(&c);
+    }
+
+    fn release(&self, endpoint: &Arc<Endpoint>, tokens: i64) {
+        // Counters dropped with a removed endpoint are not recreated: there is nothing left to release.
+        if let Some(c) = self.get(endpoint) {
+            add(&c.requests, -1);
+            add(&c.tokens, -tokens);
+            self.publish(&c);
+        }
+    }
+
+    /// Ends the prefill leg's load, if it still counts.
+    fn prefill_done(&self, info: &DispatchInfo) {
+        let Some(prefill) = &info.prefill_endpoint else { return };
+        let pending = self
+            .prefilling
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&info.dispatch_id);
+        if pending {
+            self.release(prefill, prompt_tokens(info));
+        }
+    }
+}
+
+/// What a prefill leg costs its pod: the prompt (it produces no output).
+fn prompt_tokens(info: &DispatchInfo) -> i64 {
+    i64::try_from(info.input_tokens).unwrap_or(i64::MAX)
+}
+
 impl PreRequest for InFlightLoadProducer {
     fn pre_request(&self, _: &SchedulingRequest<'_>, _: &SchedulingResult, info: &DispatchInfo) {
-        let c = self.get_or_create(&info.endpoint);
-        add(&c.requests, 1);
-        add(&c.tokens, self.basis.tokens(info));
-        self.publish(&c);
+        self.acquire(&info.endpoint, self.basis.tokens(info));
+        if let Some(prefill) = &info.prefill_endpoint {
+            self.prefilling
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(info.dispatch_id);
+            self.acquire(prefill, prompt_tokens(info));
+        }
     }
 }
 
 impl ResponseHook for InFlightLoadProducer {
+    fn on_response_headers(
+        &self,
+        info: &DispatchInfo,
+        _status: Option<u16>,
+        _served: Option<&str>,
+        _set_headers: &mut Vec<(String, String)>,
+    ) {
+        self.prefill_done(info);
+    }
+
     fn on_complete(&self, info: &DispatchInfo, _: &Completion) {
-        // Counters dropped with a removed endpoint are not recreated: there is nothing left to release.
-        if let Some(c) = self.get(&info.endpoint) {
-            add(&c.requests, -1);
-            add(&c.tokens, -self.basis.tokens(info));
-            self.publish(&c);
-        }
+        self.prefill_done(info);
+        self.release(&info.endpoint, self.basis.tokens(info));
     }
 }
 

@@ -140,6 +140,29 @@ fn concurrent_acquire_release_ends_at_exactly_zero() {
 }
 
 #[test]
+fn a_prefill_leg_loads_its_pod_until_the_response_starts_or_the_request_ends() {
+    let p = producer(TokenBasis::PromptAndOutput);
+    let (decode, prefill) = (endpoint(1), endpoint(2));
+    let mut info = dispatch(&decode, 40, 100);
+    info.prefill_endpoint = Some(prefill.clone());
+    acquire(&p, &info);
+    assert_eq!(p.load(&prefill), InFlightLoad { requests: 1, tokens: 40 });
+    assert_eq!(p.load(&decode), InFlightLoad { requests: 1, tokens: 100 });
+    p.on_response_headers(&info, Some(200), None, &mut Vec::new());
+    assert_eq!(p.load(&prefill), InFlightLoad::default(), "the sidecar answers after the prefill leg");
+    p.on_response_headers(&info, Some(200), None, &mut Vec::new());
+    p.on_complete(&info, &completion());
+    assert_eq!((p.load(&prefill), p.load(&decode)), (InFlightLoad::default(), InFlightLoad::default()));
+    // Cancelled (or the prefill pod died) before any response: released on completion, once.
+    let mut cancelled = dispatch(&decode, 40, 100);
+    (cancelled.dispatch_id, cancelled.prefill_endpoint) = (2, Some(prefill.clone()));
+    acquire(&p, &cancelled);
+    p.on_complete(&cancelled, &completion());
+    assert_eq!((p.load(&prefill), p.load(&decode)), (InFlightLoad::default(), InFlightLoad::default()));
+    assert!(p.prefilling.lock().unwrap().is_empty());
+}
+
+#[test]
 fn factory_roles_and_parameters() {
     let built = build(factory, json!({})).unwrap();
     assert!(built.producer.is_some() && built.pre_request.is_some());
