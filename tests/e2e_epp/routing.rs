@@ -77,7 +77,7 @@ async fn client_sent_control_headers_do_not_steer_routing_and_are_stripped() {
 #[tokio::test]
 async fn header_only_get_models_is_routed_to_a_backend() {
     let test_name = "header_only_get_models_is_routed_to_a_backend";
-    for template in [FULL_DUPLEX, BUFFERED] {
+    for template in [BUFFERED, FULL_DUPLEX] {
         let Some(stack) = stack_with(test_name, template, 2, &[]) else { return };
         let client = http_client();
         make_only_idle(&client, &stack, 1).await;
@@ -91,5 +91,60 @@ async fn header_only_get_models_is_routed_to_a_backend() {
         let upstream = backend_last_request(&client, stack.backends.ports[1]).await.expect("backend saw it");
         assert_eq!(upstream["method"], "GET");
         assert_eq!(upstream["path"], "/v1/models");
+    }
+}
+
+/// The P/D host headers a client sends never reach a backend: epp removes them in both body modes, and
+/// the shipped Envoy configs remove them before ext_proc, so they are gone even when epp is down and
+/// `failure_mode_allow` lets the request through unprocessed (a decode sidecar would otherwise call any
+/// host a client names).
+#[tokio::test]
+async fn forged_pd_headers_never_reach_a_backend_in_either_mode_or_failing_open() {
+    const FORGED: [(&str, &str); 4] = [
+        ("x-prefiller-host-port", "169.254.169.254:80"),
+        ("x-encoder-hosts-ports", "169.254.169.254:80"),
+        ("x-kv-cache-source-host-port", "169.254.169.254:80"),
+        ("x-data-parallel-host-port", "169.254.169.254:80"),
+    ];
+    let test_name = "forged_pd_headers_never_reach_a_backend_in_either_mode_or_failing_open";
+    let client = http_client();
+    let assert_clean = |upstream: &Value, context: &str| {
+        for (name, _) in FORGED {
+            assert!(
+                upstream["headers"].get(name).is_none(),
+                "{context}: {name} reached the backend: {upstream}"
+            );
+        }
+    };
+    for template in [BUFFERED, FULL_DUPLEX] {
+        let envoy_vars = [("FAILURE_MODE_ALLOW", "true")];
+        let Some(mut stack) = start_stack_with_envoy_vars(test_name, template, 1, &[], &[], &envoy_vars)
+        else {
+            return;
+        };
+        let body = serde_json::to_vec(&json!({"model": MODEL, "prompt": "pd", "max_tokens": 5})).unwrap();
+        let response = post_raw(&client, &stack.url("/v1/completions"), body.clone(), &FORGED).await;
+        assert_eq!(response.status(), 200, "{template}");
+        let upstream = backend_last_request(&client, stack.backends.ports[0]).await.expect("backend saw it");
+        assert_clean(&upstream, template);
+
+        // epp down, failing open: the client's destination header is all Envoy has to route on.
+        stack.epp.child.kill();
+        let backend = format!("127.0.0.1:{}", stack.backends.ports[0]);
+        let mut headers = FORGED.to_vec();
+        headers.push(("x-gateway-destination-endpoint", backend.as_str()));
+        headers.push(("x-request-id", "failing-open"));
+        let response = post_raw(&client, &stack.url("/v1/completions"), body, &headers).await;
+        let status = response.status().as_u16();
+        let upstream = backend_last_request(&client, stack.backends.ports[0]).await.expect("backend saw one");
+        if template == BUFFERED {
+            assert_eq!(status, 200, "buffered: failing open reaches the backend");
+            assert_eq!(upstream["headers"]["x-request-id"], "failing-open", "the request that failed open");
+        } else {
+            // Envoy does not fail open once the body streams through the processor: nothing got through.
+            assert_eq!(status, 500, "full duplex fails closed");
+            assert_ne!(upstream["headers"]["x-request-id"], "failing-open");
+        }
+        assert_clean(&upstream, &format!("{template}, epp down"));
     }
 }
