@@ -147,6 +147,14 @@ pub(crate) fn load(path: &Path) -> Result<(Vec<DesiredEndpoint>, Vec<u8>), FileD
     Ok((parsed.endpoints, bytes))
 }
 
+/// The addresses an endpoints file lists, for readers other than epp's discovery (the P/D sidecar's
+/// allow-list of prefillers): the valid entries, and one message per invalid entry. `Err` (naming the
+/// file) when it cannot be read or parsed at all.
+pub fn endpoint_addresses(path: &Path) -> Result<(Vec<SocketAddr>, Vec<String>), String> {
+    let parsed = read(path).and_then(|bytes| parse_bytes(path, &bytes)).map_err(|e| e.to_string())?;
+    Ok((parsed.endpoints.iter().map(|e| e.addr).collect(), parsed.invalid))
+}
+
 /// Where file discovery publishes: the datastore, the pipeline's removal hook, how `/metrics` URLs are
 /// formed, and the discovery metrics.
 pub(crate) struct Sink {

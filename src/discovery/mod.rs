@@ -45,6 +45,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use client::{ClientSource, DiscoveryError};
+pub use file::endpoint_addresses;
 pub use leader::{lease_name, LeaderConfig, LeaderElection};
 pub use metrics::{DiscoveryMetrics, SyncReason};
 pub use objectives::{policies, PolicyKind, PoolRef, GROUP_LLM_D, POLICY_VERSION};

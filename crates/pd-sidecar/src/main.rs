@@ -1,0 +1,57 @@
+//! `epp-pd-sidecar`: see the library docs and docs/pd-disaggregation.md.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use epp_pd_sidecar::cli::{watch_endpoints_file, Cli};
+use epp_pd_sidecar::proxy::Sidecar;
+use epp_pd_sidecar::tls::{server_config, TlsListener};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("epp-pd-sidecar: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    let allow = cli.allow_list()?;
+    if let Some(path) = cli.endpoints_file.clone() {
+        let (period, fixed, allow) = (cli.endpoints_file_poll, cli.allowed_prefillers.clone(), allow.clone());
+        tokio::spawn(watch_endpoints_file(path, period, fixed, allow));
+    }
+    let sidecar = Sidecar::new(cli.settings(allow))?;
+    let listener = tokio::net::TcpListener::bind(("0.0.0.0", cli.port)).await?;
+    tracing::info!(port = cli.port, engine_port = cli.model_server_port, tls = cli.secure_proxy, "listening");
+    let app = sidecar.router();
+    // Kubernetes stops a pod with SIGTERM: finish the requests in flight, take no new ones.
+    let shutdown = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    };
+    if cli.secure_proxy {
+        let tls = TlsListener::new(listener, server_config(cli.cert_path.as_deref())?);
+        axum::serve(tls, app).with_graceful_shutdown(shutdown).await?;
+    } else {
+        axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+    }
+    Ok(())
+}
