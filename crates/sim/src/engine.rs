@@ -46,6 +46,9 @@ struct Seq {
     cached_tokens: u32,
     /// Tokens scheduled in the step being built.
     scheduled_now: usize,
+    /// The prompt's KV was prefilled elsewhere and transferred here (P/D): admission computes only its
+    /// last token. Cleared by a preemption, after which the prompt is recomputed locally.
+    transferred: bool,
 }
 
 impl Seq {
@@ -109,6 +112,16 @@ impl Engine {
 
     /// Queues a request, or says why it can never run.
     pub fn try_add_request(&mut self, req: SimRequest) -> Result<(), AddRequestError> {
+        self.queue(req, false)
+    }
+
+    /// Queues a request whose prompt was prefilled on another engine and whose KV blocks arrived here
+    /// (the decode side of P/D, vLLM's `do_remote_prefill`): it prefills only its last token.
+    pub fn try_add_transferred(&mut self, req: SimRequest) -> Result<(), AddRequestError> {
+        self.queue(req, true)
+    }
+
+    fn queue(&mut self, req: SimRequest, transferred: bool) -> Result<(), AddRequestError> {
         let prompt_len = req.prompt.len().max(1);
         let max_output = req.max_output_tokens.max(1);
         let needed = prompt_len + max_output as usize;
@@ -143,6 +156,7 @@ impl Engine {
             registered: 0,
             cached_tokens: 0,
             scheduled_now: 0,
+            transferred,
         });
         Ok(())
     }
@@ -298,6 +312,7 @@ impl Engine {
         seq.computed = 0;
         seq.registered = 0;
         seq.scheduled_now = 0;
+        seq.transferred = false;
         self.stats.preemptions += 1;
         self.waiting.push_front(seq);
     }
@@ -321,8 +336,10 @@ impl Engine {
             hits.clear();
             hits.extend(seq.hashes.iter().take(max_hit_blocks).map_while(|&h| self.pool.lookup(h)));
             let cached = hits.len() * self.cfg.block_size;
-            let num_new = (seq.num_tokens() - cached).min(*budget);
-            let new_blocks = self.blocks_for(cached + num_new) - hits.len();
+            // Transferred KV counts as computed, not as a prefix-cache hit.
+            let computed = if seq.transferred { cached.max(seq.num_tokens() - 1) } else { cached };
+            let num_new = (seq.num_tokens() - computed).min(*budget);
+            let new_blocks = self.blocks_for(computed + num_new) - hits.len();
             let hits_free = hits.iter().filter(|&&b| self.pool.is_free(b)).count();
             if self.pool.num_free() - hits_free < new_blocks {
                 break;
@@ -333,7 +350,7 @@ impl Engine {
             }
             seq.blocks.extend_from_slice(&hits);
             seq.blocks.extend((0..new_blocks).filter_map(|_| self.pool.allocate()));
-            seq.computed = cached;
+            seq.computed = computed;
             seq.registered = hits.len();
             if seq.output == 0 {
                 seq.cached_tokens = cached as u32;

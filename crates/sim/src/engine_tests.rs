@@ -267,3 +267,22 @@ fn tokenize_is_deterministic_and_prefix_preserving() {
     assert_eq!(a[..7], b[..7]);
     assert!(tokenize("").is_empty());
 }
+
+#[test]
+fn a_transferred_prompt_skips_its_prefill_and_is_cached_afterwards() {
+    let cfg = quiet(AcceleratorProfile::h100_8b());
+    let mut local = Engine::new(cfg.clone());
+    local.add_request(req(1, prompt(1, 8_000), 3));
+    let local_ttft = first_token_time(&drain(&mut local), 1).0;
+    let mut decode = Engine::new(cfg);
+    decode.try_add_transferred(req(1, prompt(1, 8_000), 3)).unwrap();
+    let events = drain(&mut decode);
+    let (ttft, cached) = first_token_time(&events, 1);
+    assert!(ttft * 10.0 < local_ttft, "transferred TTFT {ttft} vs local prefill {local_ttft}");
+    assert_eq!(cached, 0, "transferred KV is not a prefix-cache hit");
+    assert_eq!(finished(&events), [(1, 3, FinishReason::Length)]);
+    // The transferred blocks are the decode engine's own now: the same prompt hits them.
+    decode.add_request(req(2, prompt(1, 8_000), 1));
+    let (_, cached) = first_token_time(&drain(&mut decode), 2);
+    assert!(cached >= 7_900, "cached {cached}");
+}

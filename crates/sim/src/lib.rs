@@ -13,6 +13,7 @@ mod histograms;
 mod kv;
 mod kv_events;
 mod openai;
+mod pd;
 mod profile;
 mod replica;
 pub mod server;

@@ -91,6 +91,12 @@ struct Args {
     /// `replay_endpoint`) at `--host`:(this + i).
     #[arg(long, requires = "kv_events_port")]
     kv_replay_port: Option<u16>,
+    /// P/D: the bandwidth at which a decode replica receives a prefilled prompt's KV blocks, in GB/s.
+    #[arg(long, default_value_t = 25.0)]
+    kv_transfer_gbps: f64,
+    /// P/D: bytes of KV per token (the transfer's size is this × the prompt's tokens).
+    #[arg(long, default_value_t = 131_072)]
+    kv_bytes_per_token: u64,
 }
 
 fn profile(name: &str) -> Result<AcceleratorProfile, SimError> {
@@ -156,6 +162,8 @@ fn options(args: &Args) -> Result<ServeOptions, SimError> {
         prompt_tokens_details: args.enable_prompt_tokens_details,
         kv_events_port: args.kv_events_port,
         kv_replay_port: args.kv_replay_port,
+        kv_transfer_gbps: args.kv_transfer_gbps,
+        kv_bytes_per_token: args.kv_bytes_per_token,
     };
     options.validate()?;
     Ok(options)

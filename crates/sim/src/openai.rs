@@ -17,6 +17,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::engine::{tokenize, AddRequestError, FinishReason};
+use super::pd::{self, Leg};
 use super::replica::{Delivery, RequestGuard};
 use super::server::{error_response, param_error_response, respond, unix_now, ServerState};
 use epp::request::{parse_request, ApiKind, ParsedRequest};
@@ -26,11 +27,14 @@ const FILLER: &[&str] = &[
     " and", " queue", " of", " tokens", " today",
 ];
 
-/// The one field [`parse_request`] does not read.
+/// The fields [`parse_request`] does not read.
 #[derive(Deserialize, Default)]
 struct StreamFields {
     #[serde(default)]
     stream_options: Option<StreamOptions>,
+    /// P/D ([`super::pd`]).
+    #[serde(default)]
+    kv_transfer_params: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -51,6 +55,8 @@ struct Answer {
     request_id: u64,
     /// Whether usage details the cached prompt tokens (vLLM's `--enable-prompt-tokens-details`).
     prompt_tokens_details: bool,
+    /// The prefill leg's `kv_transfer_params` (P/D), added to the JSON answer.
+    handoff: Option<serde_json::Value>,
 }
 
 impl Answer {
@@ -143,13 +149,19 @@ pub(crate) async fn generate(state: &Arc<ServerState>, path: &str, body: Bytes) 
         Some(n) => u32::try_from(n).unwrap_or(u32::MAX),
         None => options.default_max_tokens,
     };
-    let include_usage = serde_json::from_slice::<StreamFields>(&body)
-        .unwrap_or_default()
-        .stream_options
-        .and_then(|o| o.include_usage)
-        .unwrap_or(false);
+    let fields = serde_json::from_slice::<StreamFields>(&body).unwrap_or_default();
+    let include_usage = fields.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
     let prompt = prompt_tokens(&parsed, &body);
     let prompt_tokens = prompt.len().max(1);
+    let (gbps, per_token) = (options.kv_transfer_gbps, options.kv_bytes_per_token);
+    let leg = match pd::leg(fields.kv_transfer_params.as_ref(), prompt_tokens, per_token, gbps) {
+        Ok(Leg::Prefill) if parsed.stream => {
+            let message = "a prefill leg (kv_transfer_params.do_remote_decode) must not stream";
+            return error_response(StatusCode::BAD_REQUEST, "BadRequestError", message);
+        }
+        Ok(leg) => leg,
+        Err(message) => return error_response(StatusCode::BAD_REQUEST, "BadRequestError", message),
+    };
     let max_tokens =
         match fit_context(prompt_tokens, max_tokens, parsed.max_tokens.is_some(), state.max_model_len) {
             Ok(max_tokens) => max_tokens,
@@ -160,7 +172,12 @@ pub(crate) async fn generate(state: &Arc<ServerState>, path: &str, body: Bytes) 
         let spike = options.faults.latency_spike_ms as f64 / 1000.0;
         tokio::time::sleep(state.replica.real_duration(spike)).await;
     }
-    let (guard, events) = match state.replica.submit(prompt, max_tokens, lora, parsed.max_tokens.is_none()) {
+    if let Leg::Decode { transfer_seconds } = leg {
+        tokio::time::sleep(state.replica.real_duration(transfer_seconds)).await;
+    }
+    let transferred = matches!(leg, Leg::Decode { .. });
+    let natural_stop = parsed.max_tokens.is_none();
+    let (guard, events) = match state.replica.submit(prompt, max_tokens, lora, natural_stop, transferred) {
         Ok(submitted) => submitted,
         Err(AddRequestError::TooLong { prompt, output, .. }) => {
             let message = format!(
@@ -176,15 +193,20 @@ pub(crate) async fn generate(state: &Arc<ServerState>, path: &str, body: Bytes) 
         }
     };
     let chat = parsed.api == ApiKind::ChatCompletions;
+    let id = format!("{}-{}-{}", if chat { "chatcmpl" } else { "cmpl" }, state.replica.name, guard.id());
+    let block_size = state.replica.block_size();
+    let handoff =
+        (leg == Leg::Prefill).then(|| pd::handoff(&state.replica.name, &id, prompt_tokens, block_size));
     let answer = Answer {
         chat,
-        id: format!("{}-{}-{}", if chat { "chatcmpl" } else { "cmpl" }, state.replica.name, guard.id()),
+        id,
         model_json: serde_json::to_string(&parsed.model).unwrap_or_else(|_| "\"\"".into()),
         model: parsed.model,
         created: unix_now() as u64,
         prompt_tokens,
         request_id: guard.id(),
         prompt_tokens_details: options.prompt_tokens_details,
+        handoff,
     };
     if parsed.stream {
         let die_after = state.chance(options.faults.die_mid_stream_rate).then(|| state.random_in(1, 4));
@@ -294,6 +316,10 @@ async fn json_response(
                                         "finish_reason": reason.as_str(), "stop_reason": null}],
                            "usage": usage})
                 };
+                let mut body = body;
+                if let (Some(handoff), Some(fields)) = (answer.handoff.clone(), body.as_object_mut()) {
+                    fields.insert("kv_transfer_params".into(), handoff);
+                }
                 return respond(StatusCode::OK, "application/json", body.to_string());
             }
         }

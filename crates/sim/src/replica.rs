@@ -95,6 +95,11 @@ impl Replica {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The engine's KV block size in tokens.
+    pub(crate) fn block_size(&self) -> usize {
+        self.lock().engine.config().block_size
+    }
+
     /// Simulated seconds since the replica started.
     pub(crate) fn sim_now(&self) -> f64 {
         self.started.elapsed().as_secs_f64() * self.time_scale
@@ -112,12 +117,18 @@ impl Replica {
         max_output_tokens: u32,
         lora: Option<String>,
         natural_stop: bool,
+        transferred: bool,
     ) -> Result<(RequestGuard, mpsc::UnboundedReceiver<Delivery>), AddRequestError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sink, events) = mpsc::unbounded_channel();
         {
             let mut inner = self.lock();
-            inner.engine.try_add_request(SimRequest { id, prompt, max_output_tokens, lora })?;
+            let request = SimRequest { id, prompt, max_output_tokens, lora };
+            if transferred {
+                inner.engine.try_add_transferred(request)?;
+            } else {
+                inner.engine.try_add_request(request)?;
+            }
             let now = self.sim_now();
             let live = Live {
                 sink,

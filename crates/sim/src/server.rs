@@ -91,6 +91,11 @@ pub struct ServeOptions {
     /// With `kv_events_port`: replica `i` also serves replays of its last batches (vLLM's
     /// `replay_endpoint`) at `host:kv_replay_port + i`.
     pub kv_replay_port: Option<u16>,
+    /// P/D: how fast a decode replica receives a prefilled prompt's KV blocks (GB/s; NIXL over RDMA
+    /// reaches tens), and how many bytes a token's KV takes (Llama-3.1-8B in bf16: 32 layers × 8 KV
+    /// heads × 128 dims × 2 (K and V) × 2 bytes = 131,072).
+    pub kv_transfer_gbps: f64,
+    pub kv_bytes_per_token: u64,
 }
 
 impl ServeOptions {
@@ -116,6 +121,8 @@ impl ServeOptions {
             prompt_tokens_details: false,
             kv_events_port: None,
             kv_replay_port: None,
+            kv_transfer_gbps: 25.0,
+            kv_bytes_per_token: 131_072,
         }
     }
 
@@ -146,6 +153,12 @@ impl ServeOptions {
         }
         if self.default_max_tokens == 0 {
             return Err(SimError::Invalid("--max-tokens must be at least 1".into()));
+        }
+        if !(self.kv_transfer_gbps.is_finite() && self.kv_transfer_gbps > 0.0) {
+            return Err(SimError::Invalid(format!(
+                "--kv-transfer-gbps must be > 0, got {}",
+                self.kv_transfer_gbps
+            )));
         }
         let f = &self.faults;
         let rates = [

@@ -356,3 +356,44 @@ async fn invalid_options_are_clear_errors() {
     let err = serve(ServeOptions { port: taken.port(), ..options() }).await.unwrap_err();
     assert!(err.to_string().contains("cannot listen"), "{err}");
 }
+
+/// P/D: a prefill leg answers where its blocks are; a decode leg given them prefills nothing but its last
+/// token (its prompt is cached afterwards); malformed transfer parameters are a 400 naming the field.
+#[tokio::test]
+async fn prefill_and_decode_legs_speak_the_nixl_handoff() {
+    let addr = start(ServeOptions { prompt_tokens_details: true, ..options() }).await;
+    let prompt = "long shared document ".repeat(200);
+    let prefill = json!({"model": "sim-model", "prompt": prompt, "max_tokens": 1, "stream": false,
+        "kv_transfer_params": {"do_remote_decode": true, "do_remote_prefill": false, "remote_engine_id": null}});
+    let (status, _, text) = post(addr, "/v1/completions", &prefill.to_string()).await;
+    assert_eq!(status, 200, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let handoff = answer["kv_transfer_params"].clone();
+    assert_eq!(handoff["do_remote_prefill"], json!(true));
+    assert!(handoff["remote_block_ids"][0].as_array().is_some_and(|b| !b.is_empty()), "{handoff}");
+
+    let decode_addr = start(ServeOptions { prompt_tokens_details: true, ..options() }).await;
+    let decode =
+        json!({"model": "sim-model", "prompt": prompt, "max_tokens": 3, "kv_transfer_params": handoff});
+    let (status, _, text) = post(decode_addr, "/v1/completions", &decode.to_string()).await;
+    assert_eq!(status, 200, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(answer.get("kv_transfer_params").is_none(), "only the prefill leg answers a handoff");
+    assert_eq!(answer["usage"]["completion_tokens"], json!(3));
+    // The transferred prompt is the decode replica's own cache now.
+    let again = json!({"model": "sim-model", "prompt": prompt, "max_tokens": 1});
+    let (_, _, text) = post(decode_addr, "/v1/completions", &again.to_string()).await;
+    let cached = serde_json::from_str::<serde_json::Value>(&text).unwrap()["usage"]["prompt_tokens_details"]
+        ["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(cached > 900, "cached {cached}");
+
+    let bad = json!({"model": "sim-model", "prompt": "x", "kv_transfer_params": {"do_remote_prefill": true}});
+    let (status, _, text) = post(decode_addr, "/v1/completions", &bad.to_string()).await;
+    assert_eq!(status, 400);
+    assert!(text.contains("remote_engine_id"), "{text}");
+    let streamed_prefill = json!({"model": "sim-model", "prompt": "x", "stream": true,
+        "kv_transfer_params": {"do_remote_decode": true}});
+    assert_eq!(post(addr, "/v1/completions", &streamed_prefill.to_string()).await.0, 400);
+}
