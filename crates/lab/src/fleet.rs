@@ -8,6 +8,8 @@
 //! ```yaml
 //! scrape_interval: 50ms      # how often epp's telemetry of each replica is refreshed (default 50ms)
 //! noise: 0.05                # relative std-dev of each engine step's duration (default 0.05)
+//! kv_transfer_gbps: 25       # P/D: link bandwidth for a prefilled prompt's KV, GB/s (default 25)
+//! kv_bytes_per_token: 131072 # P/D: KV bytes per token (default: Llama-3.1-8B in bf16)
 //! replicas:
 //!   - profile: h100-8b
 //!     count: 4
@@ -39,6 +41,10 @@ pub struct FleetFile {
     pub scrape_interval: Option<Seconds>,
     #[serde(default)]
     pub noise: Option<f64>,
+    #[serde(default)]
+    pub kv_transfer_gbps: Option<f64>,
+    #[serde(default)]
+    pub kv_bytes_per_token: Option<u64>,
     pub replicas: Vec<ReplicaGroup>,
 }
 
@@ -79,6 +85,9 @@ pub struct Fleet {
     pub replicas: Vec<ReplicaSpec>,
     /// Seconds of virtual time between telemetry refreshes.
     pub scrape_interval: f64,
+    /// P/D (replicas labelled `llm-d.ai/role`): seconds per prompt token to move its KV from the prefill
+    /// replica to the decode replica (bytes per token over the link bandwidth).
+    pub kv_transfer_seconds_per_token: f64,
 }
 
 impl Fleet {
@@ -104,6 +113,12 @@ impl Fleet {
         if !(noise.is_finite() && (0.0..=1.0).contains(&noise)) {
             return Err(LabError::invalid("noise", format!("must be a number in [0, 1], got {noise}")));
         }
+        let gbps = file.kv_transfer_gbps.unwrap_or(25.0);
+        if !(gbps.is_finite() && gbps > 0.0) {
+            return Err(LabError::invalid("kv_transfer_gbps", format!("must be > 0, got {gbps}")));
+        }
+        let kv_bytes_per_token = file.kv_bytes_per_token.unwrap_or(131_072);
+        let kv_transfer_seconds_per_token = kv_bytes_per_token as f64 / (gbps * 1e9);
         if file.replicas.is_empty() {
             return Err(LabError::invalid("replicas", "the fleet needs at least one replica group"));
         }
@@ -151,7 +166,7 @@ impl Fleet {
         if replicas.len() > usize::from(u16::MAX) {
             return Err(LabError::invalid("replicas", "at most 65535 replicas are supported"));
         }
-        Ok(Self { replicas, scrape_interval })
+        Ok(Self { replicas, scrape_interval, kv_transfer_seconds_per_token })
     }
 }
 

@@ -31,6 +31,8 @@ use epp::request::parse_request;
 use epp::scheduling::{DispatchInfo, Usage};
 use epp_sim::{encode_batch, tokenize, Engine, FinishReason, RequestEvent, SimRequest};
 
+mod pd;
+
 const CHAT_PATH: &str = "/v1/chat/completions";
 
 /// A point of virtual time ordered by `total_cmp`, so it can key the event heap.
@@ -100,6 +102,9 @@ struct Run<'a> {
     samples: Vec<Dispatched>,
     /// The workload's base model: what the engines' KV events are about when they name no adapter.
     model: &'a str,
+    /// P/D: requests between their prefill and decode legs, and the KV transfer time per prompt token.
+    transfers: pd::Transfers,
+    kv_seconds_per_token: f64,
 }
 
 /// Simulates `plan` on `fleet` routed by `choice`. Deterministic: same inputs, same report.
@@ -151,6 +156,8 @@ pub fn run(
         lookaheads: Vec::with_capacity(fleet.replicas.len()),
         samples: if choice.samples.is_some() { vec![Dispatched::default(); n] } else { Vec::new() },
         model: &workload.model,
+        transfers: pd::Transfers::default(),
+        kv_seconds_per_token: fleet.kv_transfer_seconds_per_token,
     };
     if run.router.wants_kv_events() {
         for r in &mut run.replicas {
@@ -195,12 +202,11 @@ impl Run<'_> {
         let mut now = 0.0;
         loop {
             let step_end = self.steps.peek().map(|Reverse((t, _))| t.0);
+            let transfer = self.transfers.next_time();
             let arrival = self.plan.requests.get(next_arrival).map(|r| r.arrival);
-            let next_work = match (step_end, arrival) {
-                (None, None) => break,
-                (Some(s), None) => s,
-                (None, Some(a)) => a,
-                (Some(s), Some(a)) => s.min(a),
+            let Some(next_work) = [step_end, transfer, arrival].into_iter().flatten().min_by(f64::total_cmp)
+            else {
+                break;
             };
             let tick = ticks as f64 * scrape_interval;
             if scrapes && tick <= next_work {
@@ -217,6 +223,8 @@ impl Run<'_> {
                 if let Some(Reverse((_, replica))) = self.steps.pop() {
                     self.end_step(replica, now)?;
                 }
+            } else if transfer == Some(next_work) {
+                self.transfer_arrives(now);
             } else {
                 self.arrive(next_arrival, now)?;
                 next_arrival += 1;
@@ -288,7 +296,12 @@ impl Run<'_> {
         if !self.samples.is_empty() {
             self.samples[index] = self.sample(routed.replica, &routed, &request, t);
         }
+        let prefill = self.prefill_replica(routed.dispatch.as_ref());
         self.dispatches[index] = routed.dispatch;
+        if let Some(prefill) = prefill {
+            self.start_prefill(index, request, prefill, routed.replica, t);
+            return Ok(());
+        }
         let replica = &mut self.replicas[routed.replica];
         replica.engine.add_request(request);
         if replica.in_step.is_none() {
@@ -340,6 +353,13 @@ impl Run<'_> {
         r.last_step = (t, t - r.step_started);
         let now = self.clock.at(t);
         for event in &events {
+            if let Some(leg) = pd::prefill_leg_of(event.id()) {
+                // A prefill leg's tokens are not the client's; its end sends the KV on.
+                if let RequestEvent::Finished { reason, .. } = *event {
+                    self.prefill_finished(self.index(leg)?, reason, t)?;
+                }
+                continue;
+            }
             match *event {
                 RequestEvent::FirstToken { id, cached_tokens } => {
                     let i = self.index(id)?;

@@ -103,6 +103,15 @@ pub enum RequestEvent {
     Finished { id: u64, output_tokens: u32, reason: FinishReason },
 }
 
+impl RequestEvent {
+    /// The request the event is about.
+    pub fn id(&self) -> u64 {
+        match *self {
+            Self::FirstToken { id, .. } | Self::Token { id } | Self::Finished { id, .. } => id,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepResult {
     pub duration: f64,
