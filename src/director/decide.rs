@@ -17,8 +17,8 @@ use crate::datastore::Endpoint;
 use crate::error::{ErrorCode, RequestError};
 use crate::scheduling::profile::{NoTrace, ProfileTrace};
 use crate::scheduling::{
-    Candidate, DispatchInfo, Observer, Pipeline, PluginId, SaturationDetector, SchedulingError,
-    SchedulingRequest, SchedulingResult,
+    Candidate, DispatchInfo, Observer, PendingLoad, Pipeline, PluginId, SaturationDetector, SchedulingError,
+    SchedulingRequest, SchedulingResult, StageSaturation,
 };
 use crate::wire::PREFER_HEADER;
 
@@ -134,7 +134,9 @@ pub(super) fn decide_traced<T: DecisionTrace + ?Sized>(
         Ok(())
     };
     if let Some(detector) = shedding {
-        let shed = req.priority < 0 && detector.saturation(candidates, req.now) >= 1.0;
+        // A P/D pool sheds when either stage is full (StageSaturation); an aggregated pool is one stage.
+        let saturation = StageSaturation::of(detector, candidates, req.now, PendingLoad::default());
+        let shed = req.priority < 0 && saturation.effective >= 1.0;
         trace.shed(shed);
         if shed {
             refuse(Refusal::Shed)?;

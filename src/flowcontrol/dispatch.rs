@@ -72,8 +72,9 @@ impl Cycle {
         let endpoints = shared.datastore.endpoints();
         self.pool.clear();
         self.pool.extend(endpoints.iter().cloned().map(Candidate::new));
-        let mut pool_saturation = shared.saturation(&self.pool, started);
-        shared.metrics.set_flow_pool_saturation(pool_saturation);
+        let stages = shared.saturation(&self.pool, started);
+        shared.metrics.set_flow_pool_saturation(&stages);
+        let mut pool_saturation = stages.effective;
         let stale = shared.detector.stale_endpoints(&self.pool, started);
         shared.metrics.set_flow_stale_endpoints(&shared.detector_name, stale);
         self.gauges_at = Some(started);
@@ -86,7 +87,7 @@ impl Cycle {
                 let located = locate(&endpoints, &waiter.subset, shared.subset_match);
                 self.narrowed.clear();
                 self.narrowed.extend(located.into_iter().map(Candidate::new));
-                shared.saturation(&self.narrowed, started)
+                shared.saturation(&self.narrowed, started).effective
             } else {
                 pool_saturation
             };
@@ -97,7 +98,7 @@ impl Cycle {
             }
             shared.release(&mut state, &slot);
             // The released load is now pending: re-evaluate before the next one.
-            pool_saturation = shared.saturation(&self.pool, started);
+            pool_saturation = shared.saturation(&self.pool, started).effective;
         }
         drop(state);
         shared.metrics.observe_flow_dispatch_cycle(started.elapsed());

@@ -21,14 +21,12 @@ use crate::metrics::{
     alpha, request_derived, Buckets, CappedFamily, CappedHistograms, FloatGauge, LabelValue, MetricsRegistry,
     RequestLabels, SharedLabels, SCHEDULER,
 };
+use crate::scheduling::StageSaturation;
 
 /// Queue-duration buckets, 100µs … 60s (GIE `flow_control_request_queue_duration_seconds`).
 const QUEUE_DURATION: Buckets = Buckets(&[
     0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ]);
-
-/// The `stage` value epp sets: it has one stage, so "effective" (the gating value) and "decode" carry it.
-const STAGES: [&str; 2] = ["effective", "decode"];
 
 /// `{fairness_id, priority, inference_pool, model_name, target_model_name}`: queue size and bytes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -286,13 +284,22 @@ impl FlowControlMetrics {
     }
 
     /// The pool saturation the dispatcher last computed.
-    pub fn set_flow_pool_saturation(&self, saturation: f64) {
+    pub fn set_flow_pool_saturation(&self, s: &StageSaturation) {
         let f = self;
         let pool = InferencePoolLabels { inference_pool: self.labels.pool.clone() };
-        f.gie_pool_saturation.get_or_create(&pool).set(saturation);
-        for stage in STAGES {
+        f.gie_pool_saturation.get_or_create(&pool).set(s.effective);
+        let stages = [("effective", Some(s.effective)), ("decode", Some(s.decode)), ("prefill", s.prefill)];
+        for (stage, value) in stages {
             let labels = StageLabels { inference_pool: self.labels.pool.clone(), stage };
-            f.llmd_pool_saturation.get_or_create(&labels).set(saturation);
+            match value {
+                Some(v) => {
+                    f.llmd_pool_saturation.get_or_create(&labels).set(v);
+                }
+                // No prefill stage (any more): no series, rather than a stale one.
+                None => {
+                    f.llmd_pool_saturation.remove(&labels);
+                }
+            }
         }
     }
 

@@ -31,7 +31,11 @@ fn names_and_label_sets_match_the_reference() {
     m.flow_queue_add(&l, 10);
     m.flow_outcome(&l, "Dispatched", Duration::from_millis(3));
     m.flow_enqueue_duration(&l, "NotYetFinalized", Duration::from_micros(3));
-    m.set_flow_pool_saturation(0.5);
+    m.set_flow_pool_saturation(&crate::scheduling::StageSaturation {
+        prefill: None,
+        decode: 0.5,
+        effective: 0.5,
+    });
     m.set_flow_stale_endpoints("utilization-detector", 2);
     m.observe_flow_dispatch_cycle(Duration::from_micros(20));
     let text = registry.encode();

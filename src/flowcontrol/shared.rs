@@ -14,7 +14,7 @@ use super::outcome::Outcome;
 use super::queue::{Queues, Slot};
 use super::{PendingLoad, SaturationDetector};
 use crate::datastore::{Datastore, SubsetHint, SubsetMatch};
-use crate::scheduling::Candidate;
+use crate::scheduling::{Candidate, StageSaturation};
 
 /// Wakes the dispatcher: on completions, telemetry updates and anything else that may free capacity.
 /// Wakes coalesce: many wakes while a cycle runs cause one more cycle.
@@ -78,11 +78,12 @@ impl Shared {
 
     /// Saturation of `candidates` with the current pending load; no candidate at all is saturated (the
     /// detectors fail closed, and this holds whichever detector is configured).
-    pub(super) fn saturation(&self, candidates: &[Candidate], now: Instant) -> f64 {
+    /// How saturated `candidates` are, by P/D stage ([`StageSaturation`]); an empty set is full.
+    pub(super) fn saturation(&self, candidates: &[Candidate], now: Instant) -> StageSaturation {
         if candidates.is_empty() {
-            return 1.0;
+            return StageSaturation { prefill: None, decode: 1.0, effective: 1.0 };
         }
-        self.detector.saturation_with_pending(candidates, now, self.pending())
+        StageSaturation::of(self.detector.as_ref(), candidates, now, self.pending())
     }
 
     /// Dispatches the item at `slot`: counts its load as pending and hands the waiter its ticket.

@@ -196,6 +196,29 @@ async fn dispatches_when_there_is_room_and_counts_pending_until_the_ticket_drops
     assert_eq!(h.sample("llm_d_epp_flow_control_stale_endpoints", &[("detector", "steered")]), Some(3.0));
 }
 
+/// A P/D pool: the prefill pod is full and the decode pod idle, so the effective saturation (which gates)
+/// is the prefill stage's, and the gauge reports each stage.
+#[tokio::test]
+async fn a_full_prefill_stage_holds_requests_and_each_stage_has_its_gauge() {
+    let h = Harness::new(FlowControlConfig::default());
+    let role = |r: &str| [("llm-d.ai/role".to_string(), r.to_string())].into_iter().collect();
+    h.datastore.set_endpoints(vec![
+        Endpoint::new("p", EP_A.parse().unwrap()).with_labels(role("prefill")),
+        Endpoint::new("d", EP_B.parse().unwrap()).with_labels(role("decode")),
+    ]);
+    h.detector.hot.lock().unwrap().push(EP_A.parse().unwrap());
+    h.allow(5);
+    let queued = h.request("f", 0);
+    h.wait_queued(1).await;
+    let stage = |s| [("inference_pool", "pool"), ("stage", s)];
+    wait_for(|| h.sample("llm_d_epp_flow_control_pool_saturation", &stage("effective")) == Some(2.0)).await;
+    assert_eq!(h.sample("llm_d_epp_flow_control_pool_saturation", &stage("prefill")), Some(2.0));
+    assert_eq!(h.sample("llm_d_epp_flow_control_pool_saturation", &stage("decode")), Some(0.0));
+    h.detector.hot.lock().unwrap().clear();
+    h.fc.waker().wake();
+    assert!(queued.await.unwrap().is_ok(), "dispatched once the prefill stage has room");
+}
+
 #[tokio::test]
 async fn pool_saturation_gauges_follow_the_detector_and_an_empty_pool_reads_one() {
     let h = Harness::new(FlowControlConfig::default());

@@ -26,7 +26,7 @@ pub use plugin::*;
 pub use plugin_metrics::{InflightMetrics, PluginMetrics, PrefixIndexerMetrics};
 pub use profile::{Profile, WeightedScorer};
 pub use registry::{parse_params, FactoryContext, PluginError, Registry};
-pub use saturation::{PendingLoad, SaturationDetector};
+pub use saturation::{PendingLoad, SaturationDetector, StageSaturation};
 pub use types::*;
 
 /// Usage is the request domain's; the response hooks receive it.

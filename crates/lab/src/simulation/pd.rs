@@ -45,7 +45,14 @@ impl Run<'_> {
     }
 
     /// Starts `request`'s prefill leg on `prefill`; its decode leg waits for it, then goes to `decode`.
-    pub(super) fn start_prefill(&mut self, index: usize, request: SimRequest, prefill: usize, decode: usize, t: f64) {
+    pub(super) fn start_prefill(
+        &mut self,
+        index: usize,
+        request: SimRequest,
+        prefill: usize,
+        decode: usize,
+        t: f64,
+    ) {
         let leg = SimRequest { id: request.id | PREFILL_LEG, max_output_tokens: 1, ..request.clone() };
         self.transfers.parked.insert(index, (decode, request));
         let replica = &mut self.replicas[prefill];
@@ -56,13 +63,19 @@ impl Run<'_> {
     }
 
     /// A prefill leg's engine finished it: the KV leaves for the decode replica, or the request fails.
-    pub(super) fn prefill_finished(&mut self, index: usize, reason: FinishReason, t: f64) -> Result<(), LabError> {
+    pub(super) fn prefill_finished(
+        &mut self,
+        index: usize,
+        reason: FinishReason,
+        t: f64,
+    ) -> Result<(), LabError> {
         let Some((_, request)) = self.transfers.parked.get(&index) else {
             return Err(LabError::Internal(format!("prefill leg of request {index} finished twice")));
         };
         if reason == FinishReason::Abort {
             self.transfers.parked.remove(&index);
-            return Ok(self.fail(index, t));
+            self.fail(index, t);
+            return Ok(());
         }
         let arrival = t + request.prompt.len() as f64 * self.kv_seconds_per_token;
         self.transfers.in_flight.push(Reverse((VirtualTime(arrival), index)));
