@@ -45,10 +45,12 @@ build_base() {
 
 if [ "${REBUILD_BASE:-0}" = 1 ] || ! podman image exists "$BASE_IMAGE"; then build_base; fi
 
-echo "== epp: cargo build --release --locked -p epp --bin epp"
-cargo build --release --locked -p epp --bin epp
+echo "== epp and epp-pd-sidecar: cargo build --release --locked"
+cargo build --release --locked -p epp --bin epp -p epp-pd-sidecar --bin epp-pd-sidecar
 mkdir -p "$work/context"
 strip -o "$work/context/epp" "$TARGET_DIR/release/epp"
+# The P/D decode sidecar ships in the same image: a decode pod runs it with command /epp-pd-sidecar.
+strip -o "$work/context/epp-pd-sidecar" "$TARGET_DIR/release/epp-pd-sidecar"
 podman build --quiet --pull=never --build-arg BASE="$BASE_IMAGE" --build-arg VERSION="$VERSION" \
   -f deploy/image/Containerfile -t "$EPP_IMAGE" "$work/context" >/dev/null
 size=$(podman image inspect --format '{{.Size}}' "$EPP_IMAGE")

@@ -83,6 +83,10 @@ def check_image(image):
     version = podman("run", "--rm", "--network", "none", *ULIMITS, image, "--version").stdout.strip()
     expect(version.startswith("epp "), f"--version printed {version!r}")
     print(f"  ok    image {image}: {info['Size'] // 1_000_000} MB, entrypoint /epp, user 65532:65532, {version}")
+    sidecar = podman("run", "--rm", "--network", "none", *ULIMITS, "--entrypoint", "/epp-pd-sidecar", image,
+                     "--version").stdout.strip()
+    expect(sidecar.startswith("epp-pd-sidecar "), f"/epp-pd-sidecar --version printed {sidecar!r}")
+    print(f"  ok    the P/D sidecar runs in the image: {sidecar}")
 
 
 def rendered_pod(values):

@@ -189,3 +189,18 @@ fn a_broken_pd_config_is_a_startup_error_naming_what_is_missing() {
     let e = load(&GUIDE.replace("- name: prefill\n", "- name: prefilling\n"));
     assert!(e.contains("no scheduling profile is named \"prefill\""), "{e}");
 }
+
+#[tokio::test]
+async fn the_deprecated_pd_profile_handler_and_header_handler_still_route_pd() {
+    let yaml = GUIDE
+        .replace(
+            "- type: disagg-profile-handler\n  parameters:\n    deciders:\n      prefill: always-disagg-pd-decider",
+            "- type: pd-profile-handler\n  parameters:\n    deciderPluginName: always-disagg-pd-decider\n- type: prefill-header-handler",
+        );
+    assert!(yaml.contains("pd-profile-handler"), "the substitution applied");
+    let (d, registry) = pd_director(&yaml, &[Some("prefill"), Some("decode")]);
+    let routed = d.route(&request("hello", &[])).await.expect("routed");
+    assert_eq!(header(&routed.mutation, "x-prefiller-host-port"), Some("10.0.0.1:8000"));
+    let label = "plugin_type=\"pd-profile-handler\"";
+    assert_eq!(counter(&registry, "llm_d_epp_pd_decision_total", label), 1);
+}

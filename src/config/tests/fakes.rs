@@ -220,7 +220,6 @@ pub(super) fn registry() -> Registry {
     r.register("random-picker", random_picker);
     r.register("weighted-random-picker", weighted_random_picker);
     r.register("single-profile-handler", single_handler);
-    r.register("pd-profile-handler", pd_handler);
     r.register("approx-prefix-cache-producer", prefix_producer);
     r.register("inflight-load-producer", inflight_producer);
     r.register("derived-producer", derived_producer);
@@ -241,6 +240,8 @@ pub(super) fn registry() -> Registry {
     r.register(latency_scorer::TYPE_NAME, latency_scorer::factory);
     r.register(latency_slo_admitter::TYPE_NAME, latency_slo_admitter::factory);
     crate::scheduling::plugins::register_disaggregation(&mut r);
+    // After the real P/D plugins: the loader tests use a fake multi-profile handler under this name.
+    r.register("pd-profile-handler", pd_handler);
     r.register("utilization-detector", utilization_detector);
     r.register("concurrency-detector", concurrency_detector);
     r.register("test-admitter", admitter);

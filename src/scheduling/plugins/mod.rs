@@ -120,6 +120,10 @@ pub(crate) fn register_disaggregation(registry: &mut Registry) {
     registry.register(disagg::TYPE_NAME, disagg::factory);
     registry.register(disagg::PREFIX_BASED, disagg::prefix_based_factory);
     registry.register(disagg::ALWAYS, disagg::always_factory);
+    registry.register(disagg::MULTIMODAL, disagg::multimodal_factory);
+    registry.register(disagg::LEGACY_PD, disagg::legacy_pd_factory);
+    registry.register(disagg::LEGACY_HEADER_HANDLERS[0], disagg::prefill_header_handler_factory);
+    registry.register(disagg::LEGACY_HEADER_HANDLERS[1], disagg::disagg_headers_handler_factory);
     registry.register(role_filters::PREFILL, role_filters::prefill_factory);
     registry.register(role_filters::DECODE, role_filters::decode_factory);
     registry.register(role_filters::ENCODE, role_filters::encode_factory);

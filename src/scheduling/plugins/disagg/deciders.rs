@@ -7,6 +7,8 @@
 //! (llm-d multiplies matched blocks by the block size; the same figure, for approximate and precise
 //! matches alike). It consumes the prefix match, so the loader adds `approx-prefix-cache-producer` when no
 //! prefix producer is declared. `always-disagg-pd-decider` always disaggregates.
+//! `always-disagg-multimodal-decider` (the encode stage's) fires when the request carries media: an
+//! `image_url`, `audio_url`, `video_url` or `input_audio` part.
 
 use std::sync::Arc;
 
@@ -19,6 +21,10 @@ use crate::scheduling::{
 
 pub(crate) const PREFIX_BASED: &str = "prefix-based-pd-decider";
 pub(crate) const ALWAYS: &str = "always-disagg-pd-decider";
+pub(crate) const MULTIMODAL: &str = "always-disagg-multimodal-decider";
+
+/// The content-part types that carry media (llm-d/llm-d-router:…/disagg/always_disagg_mm_decider.go).
+const MEDIA_KEYS: [&str; 4] = ["\"image_url\"", "\"audio_url\"", "\"video_url\"", "\"input_audio\""];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -58,6 +64,18 @@ impl Decider for AlwaysDecider {
     }
 }
 
+/// Disaggregates (runs the encode stage for) requests with media parts.
+#[derive(Debug, Clone, Copy)]
+pub struct MultimodalDecider;
+
+impl Decider for MultimodalDecider {
+    fn disaggregate(&self, req: &SchedulingRequest<'_>, _: &Candidate) -> bool {
+        // A key in the body's JSON: the same text inside a string would be escaped (`\"image_url\"`), so
+        // a prompt that merely mentions it does not match.
+        MEDIA_KEYS.iter().any(|k| memchr::memmem::find(req.body, k.as_bytes()).is_some())
+    }
+}
+
 pub(crate) fn prefix_based_factory(
     name: &str,
     params: Option<&serde_json::Value>,
@@ -81,6 +99,15 @@ pub(crate) fn prefix_based_factory(
         );
     }
     Ok(BuiltPlugin::new(PREFIX_BASED, name).decider(Arc::new(decider)).consumes(&[DataKey::PrefixCacheMatch]))
+}
+
+pub(crate) fn multimodal_factory(
+    name: &str,
+    params: Option<&serde_json::Value>,
+    _ctx: &FactoryContext,
+) -> Result<BuiltPlugin, PluginError> {
+    expect_no_params(name, MULTIMODAL, params)?;
+    Ok(BuiltPlugin::new(MULTIMODAL, name).decider(Arc::new(MultimodalDecider)))
 }
 
 pub(crate) fn always_factory(
@@ -125,6 +152,20 @@ mod tests {
         let p = json!({"nonCachedTokens": 100, "promptTokens": 2000});
         assert!(!decides(p.clone(), 1999, 0.0));
         assert!(decides(p, 2000, 0.0));
+    }
+
+    #[test]
+    fn the_multimodal_decider_fires_on_media_parts_only() {
+        let decider = MultimodalDecider;
+        let c = Candidate::new(endpoint(1));
+        let with = |body: &str| {
+            let mut f = RequestFixture::empty();
+            f.body = body.as_bytes().to_vec();
+            decider.disaggregate(&f.request(), &c)
+        };
+        assert!(with(r#"{"messages":[{"content":[{"type":"image_url","image_url":{"url":"x"}}]}]}"#));
+        assert!(with(r#"{"messages":[{"content":[{"type":"input_audio","input_audio":{}}]}]}"#));
+        assert!(!with(r#"{"messages":[{"content":"what is an \"image_url\" part?"}]}"#));
     }
 
     #[test]

@@ -23,8 +23,10 @@ mod params;
 
 use std::sync::{Arc, OnceLock};
 
-pub(crate) use deciders::{always_factory, prefix_based_factory, ALWAYS, PREFIX_BASED};
-pub use deciders::{AlwaysDecider, PrefixBasedDecider};
+pub(crate) use deciders::{
+    always_factory, multimodal_factory, prefix_based_factory, ALWAYS, MULTIMODAL, PREFIX_BASED,
+};
+pub use deciders::{AlwaysDecider, MultimodalDecider, PrefixBasedDecider};
 pub use metrics::{Decision, DisaggMetrics};
 pub use params::{DisaggSettings, StageOrder};
 
@@ -36,6 +38,10 @@ use crate::scheduling::{
 use crate::wire::{ENCODERS_HEADER, PREFILLER_HEADER};
 
 pub(crate) const TYPE_NAME: &str = "disagg-profile-handler";
+/// Deprecated upstream in favour of `disagg-profile-handler`; loads as it with a warning.
+pub(crate) const LEGACY_PD: &str = "pd-profile-handler";
+/// Deprecated upstream: `disagg-profile-handler` sets the P/D headers itself, so these do nothing.
+pub(crate) const LEGACY_HEADER_HANDLERS: [&str; 2] = ["prefill-header-handler", "disagg-headers-handler"];
 
 /// The disaggregation profile handler.
 pub struct DisaggProfileHandler {
@@ -211,4 +217,50 @@ pub(crate) fn factory(
     let settings = params::parse(name, TYPE_NAME, params)?;
     let handler = DisaggProfileHandler::new(name, TYPE_NAME, settings, ctx.metrics.disagg.clone());
     Ok(BuiltPlugin::new(TYPE_NAME, name).profile_handler(Arc::new(handler)))
+}
+
+pub(crate) fn legacy_pd_factory(
+    name: &str,
+    params: Option<&serde_json::Value>,
+    ctx: &FactoryContext,
+) -> Result<BuiltPlugin, PluginError> {
+    tracing::warn!(plugin = name, "plugin type {LEGACY_PD:?} is deprecated; use {TYPE_NAME:?}");
+    let settings = params::parse_legacy_pd(name, LEGACY_PD, params)?;
+    let handler = DisaggProfileHandler::new(name, LEGACY_PD, settings, ctx.metrics.disagg.clone());
+    Ok(BuiltPlugin::new(LEGACY_PD, name).profile_handler(Arc::new(handler)))
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct HeaderHandlerParams {
+    /// Upstream's; nothing here reads it.
+    #[allow(dead_code)]
+    prefill_profile: Option<String>,
+}
+
+/// A deprecated header handler: accepted with a warning, and inert.
+fn legacy_header_handler(
+    type_name: &'static str,
+    name: &str,
+    params: Option<&serde_json::Value>,
+) -> Result<BuiltPlugin, PluginError> {
+    tracing::warn!(plugin = name, "{type_name} is deprecated: disagg-profile-handler sets the P/D headers");
+    crate::scheduling::parse_params::<HeaderHandlerParams>(name, type_name, params)?;
+    Ok(BuiltPlugin::new(type_name, name))
+}
+
+pub(crate) fn prefill_header_handler_factory(
+    name: &str,
+    params: Option<&serde_json::Value>,
+    _ctx: &FactoryContext,
+) -> Result<BuiltPlugin, PluginError> {
+    legacy_header_handler(LEGACY_HEADER_HANDLERS[0], name, params)
+}
+
+pub(crate) fn disagg_headers_handler_factory(
+    name: &str,
+    params: Option<&serde_json::Value>,
+    _ctx: &FactoryContext,
+) -> Result<BuiltPlugin, PluginError> {
+    legacy_header_handler(LEGACY_HEADER_HANDLERS[1], name, params)
 }

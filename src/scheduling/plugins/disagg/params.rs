@@ -164,6 +164,52 @@ pub(super) fn parse(
     })
 }
 
+/// The deprecated `pd-profile-handler`'s parameters
+/// (llm-d/llm-d-router:pkg/epp/framework/plugins/scheduling/profilehandler/disagg/pd_profile_handler.go).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct LegacyPd {
+    decode_profile: Option<String>,
+    prefill_profile: Option<String>,
+    decider_plugin_name: Option<String>,
+    /// Accepted and ignored: epp reads the prefix match the producers wrote, whichever produced it.
+    prefix_plugin_type: Option<String>,
+    prefix_plugin_name: Option<String>,
+    prefix_match_info_producer_name: Option<String>,
+    /// Deprecated upstream (not needed with Istio >= 1.28.1); checked, then ignored.
+    primary_port: Option<i64>,
+}
+
+/// `pd-profile-handler`: decode first, with the decider `deciderPluginName` (default
+/// `prefix-based-pd-decider`, which must then be declared).
+pub(super) fn parse_legacy_pd(
+    name: &str,
+    type_name: &str,
+    params: Option<&serde_json::Value>,
+) -> Result<DisaggSettings, PluginError> {
+    let p: LegacyPd = crate::scheduling::parse_params(name, type_name, params)?;
+    if let Some(port) = p.primary_port.filter(|p| *p != 0) {
+        if !(1..=65535).contains(&port) {
+            return Err(PluginError::new(
+                name,
+                type_name,
+                format!("primaryPort must be in 1..=65535, got {port}"),
+            ));
+        }
+        tracing::warn!(plugin = name, "pd-profile-handler: primaryPort is deprecated and ignored");
+    }
+    let _ignored = (p.prefix_plugin_type, p.prefix_plugin_name, p.prefix_match_info_producer_name);
+    let or = |v: Option<String>, d: &str| nonempty(v).unwrap_or_else(|| d.to_string());
+    Ok(DisaggSettings {
+        stage_order: StageOrder::DecodeFirst,
+        decode_profile: or(p.decode_profile, "decode"),
+        prefill_profile: or(p.prefill_profile, "prefill"),
+        encode_profile: "encode".into(),
+        prefill_decider: Some(or(p.decider_plugin_name, "prefix-based-pd-decider")),
+        encode_decider: None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,5 +250,17 @@ mod tests {
         assert!(e.message.contains("prefill-first"), "{e}");
         let mixed = json!({"deciders": {"prefill": "d"}, "decodeProfile": "x"});
         assert!(parse("h", "t", Some(&mixed)).unwrap_err().message.contains("neither schema"));
+    }
+
+    #[test]
+    fn the_deprecated_pd_profile_handler_maps_onto_the_same_settings() {
+        let s = parse_legacy_pd("h", "pd-profile-handler", None).unwrap();
+        assert_eq!(s.prefill_decider.as_deref(), Some("prefix-based-pd-decider"));
+        let v = json!({"deciderPluginName": "d", "prefillProfile": "p", "primaryPort": 8000, "prefixPluginType": "x"});
+        let s = parse_legacy_pd("h", "pd-profile-handler", Some(&v)).unwrap();
+        assert_eq!((s.prefill_decider.as_deref(), s.prefill_profile.as_str()), (Some("d"), "p"));
+        assert!(parse_legacy_pd("h", "t", Some(&json!({"primaryPort": 70000}))).is_err());
+        let e = parse_legacy_pd("h", "t", Some(&json!({"threshold": 0}))).unwrap_err();
+        assert!(e.message.contains("threshold"), "{e}");
     }
 }
