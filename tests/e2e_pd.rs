@@ -195,6 +195,13 @@ async fn a_dead_prefill_pod_costs_a_bounded_clear_error_and_leaves_no_load() {
     let Some(mut stack) = pd_stack(test, &config) else { return };
     let client = http_client();
     let url = stack.envoy.url("/v1/chat/completions");
+    // A client that leaves mid-stream: both legs' load must still be released.
+    let mut long = chat("a client that will not wait for the end", true);
+    long["max_tokens"] = json!(5000);
+    let mut response = post_json(&client, &url, &long).await;
+    assert_eq!(response.status().as_u16(), 200);
+    assert!(response.chunk().await.ok().flatten().is_some(), "the stream started");
+    drop(response);
     for pod in &mut stack.prefill {
         pod.kill();
     }
@@ -237,7 +244,11 @@ async fn the_prefix_based_decider_keeps_short_prompts_on_the_decode_pod() {
     let Some(stack) = pd_stack(test, &path) else { return };
     let client = http_client();
     let url = stack.envoy.url("/v1/chat/completions");
-    let response = post_json(&client, &url, &chat("short", false)).await;
+    // A short prompt stays on the decode pod, and a client's own prefiller never reaches its sidecar
+    // (which would otherwise call it, or refuse it as not allow-listed).
+    let forged = [("content-type", "application/json"), ("x-prefiller-host-port", "169.254.169.254:80")];
+    let body = chat("short", false).to_string().into_bytes();
+    let response = post_raw(&client, &url, body, &forged).await;
     assert_eq!(response.status().as_u16(), 200, "{}", read_text(response).await);
     let long = "a long prompt that is worth prefilling on its own pod ".repeat(60);
     let response = post_json(&client, &url, &chat(&long, false)).await;
