@@ -10,8 +10,8 @@ use axum::http::HeaderMap;
 
 use crate::error::SidecarError;
 
-/// The header epp sets (llm-d/llm-d-router:pkg/common/routing/common.go).
-pub const PREFILLER_HEADER: &str = "x-prefiller-host-port";
+/// The header epp sets (llm-d/llm-d-router:pkg/common/routing/common.go), from epp's wire contract.
+pub use epp::wire::PREFILLER_HEADER;
 
 /// The prefiller a request names, if any: `Ok(None)` when the header is absent (decode locally).
 pub fn named(headers: &HeaderMap) -> Result<Option<SocketAddr>, SidecarError> {

@@ -62,14 +62,6 @@ const HOP_BY_HOP: &[&str] = &[
     "content-length",
 ];
 
-/// The P/D headers naming hosts: consumed here, never passed to an engine.
-const PD_HEADERS: &[&str] = &[
-    "x-prefiller-host-port",
-    "x-encoder-hosts-ports",
-    "x-kv-cache-source-host-port",
-    "x-data-parallel-host-port",
-];
-
 impl Sidecar {
     pub fn new(settings: Settings) -> Result<Arc<Self>, reqwest::Error> {
         let client =
@@ -89,7 +81,8 @@ impl Sidecar {
     /// The client's headers as the legs send them.
     fn upstream_headers(headers: &HeaderMap) -> HeaderMap {
         let mut out = headers.clone();
-        for name in HOP_BY_HOP.iter().chain(PD_HEADERS) {
+        // The P/D headers name hosts: consumed here, never passed to an engine.
+        for name in HOP_BY_HOP.iter().chain(epp::wire::PD_HEADERS) {
             out.remove(*name);
         }
         out

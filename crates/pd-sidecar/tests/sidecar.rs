@@ -115,6 +115,20 @@ async fn start_engine(script: Script) -> (SocketAddr, Arc<Seen>) {
     (serve(router).await, seen)
 }
 
+/// The tests' sidecar: short timeouts (the prefill leg 500 ms), small bodies.
+fn settings(engine: SocketAddr, allow: AllowList) -> Settings {
+    Settings {
+        engine_url: format!("http://{engine}"),
+        allow,
+        connect_timeout: Duration::from_secs(2),
+        prefill_timeout: Duration::from_millis(500),
+        decode_timeout: Duration::from_secs(5),
+        prefill_max_retries: 0,
+        prefill_retry_backoff: Duration::from_millis(10),
+        max_body_bytes: 1 << 16,
+    }
+}
+
 struct Rig {
     sidecar: SocketAddr,
     prefill: SocketAddr,
@@ -130,16 +144,7 @@ async fn rig(prefill_script: Script) -> Rig {
     let (decode, decode_seen) = start_engine(Script::Decode).await;
     // A port nothing listens on: a dead prefill pod (bound, then dropped).
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let settings = Settings {
-        engine_url: format!("http://{decode}"),
-        allow: AllowList::members([prefill, dead]),
-        connect_timeout: Duration::from_secs(2),
-        prefill_timeout: Duration::from_millis(500),
-        decode_timeout: Duration::from_secs(5),
-        prefill_max_retries: 0,
-        prefill_retry_backoff: Duration::from_millis(10),
-        max_body_bytes: 1 << 16,
-    };
+    let settings = settings(decode, AllowList::members([prefill, dead]));
     let sidecar = serve(Sidecar::new(settings).unwrap().router()).await;
     Rig {
         sidecar,
@@ -290,16 +295,7 @@ async fn a_client_that_goes_away_cancels_the_prefill_leg() {
 #[tokio::test]
 async fn the_secure_listener_serves_tls_with_a_self_signed_certificate() {
     let (decode, _) = start_engine(Script::Decode).await;
-    let settings = Settings {
-        engine_url: format!("http://{decode}"),
-        allow: AllowList::members([]),
-        connect_timeout: Duration::from_secs(2),
-        prefill_timeout: Duration::from_secs(2),
-        decode_timeout: Duration::from_secs(2),
-        prefill_max_retries: 0,
-        prefill_retry_backoff: Duration::from_millis(10),
-        max_body_bytes: 1 << 16,
-    };
+    let settings = settings(decode, AllowList::members([]));
     let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = tcp.local_addr().unwrap();
     let tls = epp_pd_sidecar::tls::TlsListener::new(tcp, epp_pd_sidecar::tls::server_config(None).unwrap());

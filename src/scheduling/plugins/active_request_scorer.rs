@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use super::param_checks::{non_negative_int, unit_fraction, InvalidParameter};
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, FactoryContext, PluginError, SchedulingRequest, Scorer,
     ScorerCategory,
@@ -70,15 +71,11 @@ pub(crate) fn factory(
     _ctx: &FactoryContext,
 ) -> Result<BuiltPlugin, PluginError> {
     let p: Params = parse_params(name, TYPE_NAME, params)?;
-    let err = |m: String| PluginError::new(name, TYPE_NAME, m);
-    let idle_threshold = p.idle_threshold.unwrap_or(0);
-    if idle_threshold < 0 {
-        return Err(err(format!("parameter `idleThreshold` must be ≥ 0, got {idle_threshold}")));
-    }
-    let max_busy_score = p.max_busy_score.unwrap_or(1.0);
-    if !(0.0..=1.0).contains(&max_busy_score) {
-        return Err(err(format!("parameter `maxBusyScore` must be within [0, 1], got {max_busy_score}")));
-    }
+    let idle_threshold = non_negative_int("idleThreshold", p.idle_threshold, 0)
+        .and_then(|t| i64::try_from(t).map_err(|_| InvalidParameter::new("idleThreshold", "is too large")))
+        .map_err(|e| e.for_plugin(name, TYPE_NAME))?;
+    let max_busy_score =
+        unit_fraction("maxBusyScore", p.max_busy_score, 1.0).map_err(|e| e.for_plugin(name, TYPE_NAME))?;
     if p.request_timeout.is_some() {
         tracing::warn!(plugin = name, "active-request-scorer: `requestTimeout` is deprecated and ignored");
     }

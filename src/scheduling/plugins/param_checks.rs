@@ -35,6 +35,20 @@ pub(crate) fn positive_int(field: &str, value: Option<i64>, default: i64) -> Res
     }
 }
 
+/// `value` if set (it must be ≥ 0), else `default`.
+pub(crate) fn non_negative_int(
+    field: &str,
+    value: Option<i64>,
+    default: u64,
+) -> Result<u64, InvalidParameter> {
+    match value {
+        None => Ok(default),
+        Some(v) => {
+            u64::try_from(v).map_err(|_| InvalidParameter::new(field, format!("must be >= 0, got {v}")))
+        }
+    }
+}
+
 /// `value` if set, else `default`; finite and ≥ 0.
 pub(crate) fn non_negative(field: &str, value: Option<f64>, default: f64) -> Result<f64, InvalidParameter> {
     let v = value.unwrap_or(default);

@@ -78,7 +78,7 @@ mod tests {
     use serde_json::json;
 
     /// Candidates labelled with `roles` (`None`: no label), in order.
-    pub(crate) fn role_pool(roles: &[Option<&str>]) -> Vec<Candidate> {
+    fn role_pool(roles: &[Option<&str>]) -> Vec<Candidate> {
         roles
             .iter()
             .enumerate()

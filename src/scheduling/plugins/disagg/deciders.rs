@@ -15,6 +15,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::super::expect_no_params;
+use super::super::param_checks::non_negative_int;
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, Decider, FactoryContext, PluginError, SchedulingRequest,
 };
@@ -82,15 +83,12 @@ pub(crate) fn prefix_based_factory(
     _ctx: &FactoryContext,
 ) -> Result<BuiltPlugin, PluginError> {
     let p: PrefixParams = parse_params(name, PREFIX_BASED, params)?;
-    let non_negative = |field: &str, v: Option<i64>| {
-        let v = v.unwrap_or(0);
-        u64::try_from(v).map_err(|_| {
-            PluginError::new(name, PREFIX_BASED, format!("parameter `{field}` must be ≥ 0, got {v}"))
-        })
+    let check = |field: &str, v: Option<i64>| {
+        non_negative_int(field, v, 0).map_err(|e| e.for_plugin(name, PREFIX_BASED))
     };
     let decider = PrefixBasedDecider {
-        non_cached_tokens: non_negative("nonCachedTokens", p.non_cached_tokens)?,
-        prompt_tokens: non_negative("promptTokens", p.prompt_tokens)?,
+        non_cached_tokens: check("nonCachedTokens", p.non_cached_tokens)?,
+        prompt_tokens: check("promptTokens", p.prompt_tokens)?,
     };
     if decider.non_cached_tokens == 0 {
         tracing::info!(

@@ -86,18 +86,4 @@ impl DisaggMetrics {
             self.pd.get_or_create(&labels).inc();
         }
     }
-
-    /// The count of `decision` on the disaggregation counter, summed over plugins and models (tests).
-    #[cfg(test)]
-    pub fn count(&self, decision: Decision) -> u64 {
-        let mut text = String::new();
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register("d", "d", self.disagg.clone());
-        let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
-        let label = format!("decision_type=\"{}\"", decision.as_str());
-        text.lines()
-            .filter(|l| l.contains(&label))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
-    }
 }
