@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::pool::PoolWatch;
 use crate::prefiller::AllowList;
 use crate::proxy::Settings;
 
@@ -37,6 +38,20 @@ pub struct Cli {
     pub endpoints_file: Option<PathBuf>,
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub endpoints_file_poll: Duration,
+    /// The InferencePool whose endpoints may be named as prefillers, `namespace/name` or `name` (in
+    /// `default`), watched with epp's discovery (llm-d's flag and `INFERENCE_POOL`).
+    #[arg(long, env = "INFERENCE_POOL", conflicts_with_all = ["allowed_prefillers", "endpoints_file"])]
+    pub inference_pool: Option<String>,
+    /// The InferencePool's API group.
+    #[arg(long, default_value = epp::discovery::GROUP_V1)]
+    pub pool_group: String,
+    /// Kubeconfig for --inference-pool (default: in-cluster, or KUBECONFIG).
+    #[arg(long)]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// llm-d's switch for the allow-list, off by default there; on by default here. `false` is
+    /// --allow-any-prefiller.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_ssrf_protection: bool,
     /// Let any host be named as a prefiller (llm-d's default; only where nothing but epp can reach the
     /// sidecar).
     #[arg(long)]
@@ -64,19 +79,27 @@ pub struct Cli {
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     #[error(
-        "no prefill allow-list: give --allowed-prefillers or --endpoints-file (the pool's members), or \
-         --allow-any-prefiller to let any host be named"
+        "no prefill allow-list: give --inference-pool, --endpoints-file or --allowed-prefillers (the pool's \
+         members), or --allow-any-prefiller to let any host be named"
     )]
     NoAllowList,
+    #[error("{0}")]
+    Pool(String),
     #[error("{0}")]
     EndpointsFile(String),
 }
 
 impl Cli {
-    /// The allow-list the flags describe; the endpoints file must load now.
-    pub fn allow_list(&self) -> Result<AllowList, CliError> {
-        if self.allow_any_prefiller {
-            return Ok(AllowList::Anyone);
+    /// The allow-list the flags describe, and the pool watch feeding it (`--inference-pool`, which needs a
+    /// Tokio runtime); the endpoints file must load now.
+    pub fn allow_list(&self) -> Result<(AllowList, Option<PoolWatch>), CliError> {
+        if self.allow_any_prefiller || !self.enable_ssrf_protection {
+            return Ok((AllowList::Anyone, None));
+        }
+        if let Some(pool) = &self.inference_pool {
+            let watch =
+                PoolWatch::start(pool, &self.pool_group, self.kubeconfig.clone()).map_err(CliError::Pool)?;
+            return Ok((AllowList::Pool(watch.datastore.clone()), Some(watch)));
         }
         let mut members = self.allowed_prefillers.clone();
         if let Some(path) = &self.endpoints_file {
@@ -89,7 +112,7 @@ impl Cli {
         } else if members.is_empty() {
             return Err(CliError::NoAllowList);
         }
-        Ok(AllowList::members(members))
+        Ok((AllowList::members(members), None))
     }
 
     pub fn settings(&self, allow: AllowList) -> Settings {

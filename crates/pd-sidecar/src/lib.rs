@@ -12,6 +12,7 @@ pub mod cli;
 pub mod error;
 pub mod metrics;
 pub mod nixl;
+pub mod pool;
 pub mod prefiller;
 pub mod proxy;
 pub mod tls;

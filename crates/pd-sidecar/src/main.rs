@@ -24,7 +24,13 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
-    let allow = cli.allow_list()?;
+    let (allow, pool) = cli.allow_list()?;
+    if let Some(pool) = &pool {
+        // Until the pool was read once, no prefiller is allowed: wait for it rather than refuse P/D.
+        if !pool.synced_within(std::time::Duration::from_secs(30)).await {
+            tracing::warn!("the InferencePool is not read yet; disaggregated requests get 502 until it is");
+        }
+    }
     if let Some(path) = cli.endpoints_file.clone() {
         let (period, fixed, allow) = (cli.endpoints_file_poll, cli.allowed_prefillers.clone(), allow.clone());
         tokio::spawn(watch_endpoints_file(path, period, fixed, allow));

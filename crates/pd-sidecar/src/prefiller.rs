@@ -32,6 +32,8 @@ pub fn named(headers: &HeaderMap) -> Result<Option<SocketAddr>, SidecarError> {
 pub enum AllowList {
     /// Every address in the set (from `--allowed-prefillers` or the pool's endpoints file).
     Members(Arc<RwLock<HashSet<SocketAddr>>>),
+    /// The endpoints of the InferencePool, as discovery last saw them (`--inference-pool`).
+    Pool(Arc<epp::datastore::Datastore>),
     /// Anyone (`--allow-any-prefiller`): llm-d's default, for trusted networks only.
     Anyone,
 }
@@ -53,6 +55,13 @@ impl AllowList {
             Self::Anyone => Ok(()),
             Self::Members(set) => {
                 if set.read().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&addr) {
+                    Ok(())
+                } else {
+                    Err(SidecarError::PrefillerNotAllowed(addr.to_string()))
+                }
+            }
+            Self::Pool(datastore) => {
+                if datastore.endpoints().iter().any(|e| e.addr == addr) {
                     Ok(())
                 } else {
                     Err(SidecarError::PrefillerNotAllowed(addr.to_string()))

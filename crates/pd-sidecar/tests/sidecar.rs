@@ -312,7 +312,7 @@ async fn the_secure_listener_serves_tls_with_a_self_signed_certificate() {
 fn the_command_line_needs_an_allow_list_and_loads_the_endpoints_file() {
     use clap::Parser;
     use epp_pd_sidecar::cli::Cli;
-    let e = Cli::parse_from(["epp-pd-sidecar"]).allow_list().unwrap_err();
+    let e = Cli::parse_from(["epp-pd-sidecar"]).allow_list().err().expect("no allow-list");
     assert!(e.to_string().contains("--allowed-prefillers"), "{e}");
     assert!(Cli::parse_from(["epp-pd-sidecar", "--allow-any-prefiller"]).allow_list().is_ok());
     let dir = tempfile::tempdir().unwrap();
@@ -325,12 +325,12 @@ fn the_command_line_needs_an_allow_list_and_loads_the_endpoints_file() {
         "--model-server-port",
         "9",
     ]);
-    let allow = cli.allow_list().unwrap();
+    let (allow, _) = cli.allow_list().unwrap();
     assert!(allow.check("10.0.0.7:8000".parse().unwrap()).is_ok());
     assert!(allow.check("10.0.0.8:8000".parse().unwrap()).is_err());
     assert_eq!(cli.settings(allow).engine_url, "http://127.0.0.1:9");
     std::fs::write(&file, "endpoints: [{name: p0}]\n").unwrap();
-    let e = cli.allow_list().unwrap_err();
+    let e = cli.allow_list().err().expect("an invalid entry");
     assert!(e.to_string().contains("address"), "{e}");
     assert!(
         Cli::try_parse_from(["epp-pd-sidecar", "--vllm-port", "8300"]).is_ok(),
