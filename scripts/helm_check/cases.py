@@ -7,7 +7,8 @@ from .common import CHECK_DIR
 
 # Copies the chart ships of the repository's config/ examples (kept byte-identical).
 EXAMPLES = ["default", "weighted-random", "flow-control", "flow-control-autoscaling", "gie-integration",
-            "conformance", "predicted-latency", "predicted-latency-slo", "predicted-latency-epp"]
+            "conformance", "predicted-latency", "predicted-latency-slo", "predicted-latency-epp",
+            "pd-disaggregation"]
 
 CUSTOM_CONFIG = """apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
