@@ -49,17 +49,53 @@ impl fmt::Display for ErrorCode {
     }
 }
 
+/// Why a request was refused before it reached a model server, in llm-d's words: the value of the
+/// `x-llm-d-request-dropped-reason` response header (llm-d/llm-d-router:pkg/common/error/error.go), so a
+/// client or a dashboard can tell load from an empty pool without parsing the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// The pool (or epp itself) has no room now: retry later (429, or 503 for epp's own body budget).
+    Saturated,
+    /// The pool has no endpoint to serve it (503).
+    NoEndpoints,
+    /// It waited in flow control's queue past its TTL.
+    TtlExpired,
+    /// epp is shutting down.
+    ShuttingDown,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 4] =
+        [DropReason::Saturated, DropReason::NoEndpoints, DropReason::TtlExpired, DropReason::ShuttingDown];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Saturated => "rejected-saturated",
+            DropReason::NoEndpoints => "rejected-no-endpoints",
+            DropReason::TtlExpired => "rejected-ttl-expired",
+            DropReason::ShuttingDown => "rejected-shutting-down",
+        }
+    }
+}
+
 /// A request failure with its code and a human-readable reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("inference error: {code} - {message}")]
 pub struct RequestError {
     pub code: ErrorCode,
     pub message: String,
+    /// Set on refusals of load or capacity (every 429 and 503 epp answers itself).
+    pub dropped: Option<DropReason>,
 }
 
 impl RequestError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self { code, message: message.into(), dropped: None }
+    }
+    /// The same error, saying why the request was dropped.
+    pub fn dropped(mut self, reason: DropReason) -> Self {
+        self.dropped = Some(reason);
+        self
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::BadRequest, message)

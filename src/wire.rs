@@ -38,6 +38,11 @@ pub const PD_HEADERS: &[&str] =
 /// llm-d's conditional decode.
 pub const PREFER_HEADER: &str = "prefer";
 
+/// Why epp refused a request (llm-d/llm-d-router:pkg/common/error/error.go), on every 429 and 503 it
+/// answers itself: `rejected-saturated`, `rejected-no-endpoints`, `rejected-ttl-expired`,
+/// `rejected-shutting-down`.
+pub const DROPPED_REASON_HEADER: &str = "x-llm-d-request-dropped-reason";
+
 /// The request id; epp generates one (and sets it upstream) when the client sent none.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// The InferenceObjective name, mapped to a priority by the `objectives` config.

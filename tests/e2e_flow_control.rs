@@ -102,6 +102,8 @@ pub struct Reply {
     pub body: String,
     /// The `x-backend-id` of the backend that served it (none for epp's own answers).
     pub backend: Option<String>,
+    /// `x-llm-d-request-dropped-reason`: why epp refused it.
+    pub dropped: Option<String>,
 }
 
 /// Sends one completion through Envoy, with the objective header if given and held at the backend if
@@ -139,8 +141,9 @@ pub fn spawn_send(
         let response = post_raw(&client, &url, body, &headers).await;
         let status = response.status().as_u16();
         let backend = header(&response, "x-backend-id");
+        let dropped = header(&response, "x-llm-d-request-dropped-reason");
         let body = read_text(response).await;
-        Reply { status, body, backend }
+        Reply { status, body, backend, dropped }
     })
 }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 
 use crate::datastore::Endpoint;
-use crate::error::{ErrorCode, RequestError};
+use crate::error::{DropReason, ErrorCode, RequestError};
 use crate::scheduling::profile::{NoTrace, ProfileTrace};
 use crate::scheduling::{
     Candidate, DispatchInfo, Observer, PendingLoad, Pipeline, PluginId, SaturationDetector, SchedulingError,
@@ -65,7 +65,7 @@ impl Refusal {
     pub fn into_request_error(self) -> RequestError {
         match self {
             Refusal::Shed | Refusal::NoEndpoint(_) | Refusal::NotAdmitted { load: true, .. } => {
-                RequestError::exhausted(self.to_string())
+                RequestError::exhausted(self.to_string()).dropped(DropReason::Saturated)
             }
             Refusal::NotAdmitted { load: false, .. } | Refusal::NoTarget => {
                 RequestError::internal(self.to_string())

@@ -10,7 +10,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::error::ErrorCode;
+use crate::error::{DropReason, ErrorCode};
 use crate::metrics::{
     CappedFamily, CappedHistograms, FlowErrorLabels, FlowLabels, FlowStreamingLabels, MetricsRegistry,
     ModelErrorLabels, ModelLabels, ModelNameLabels, ModelPriorityLabels, RequestLabels, RewriteLabels,
@@ -51,6 +51,12 @@ pub(super) struct LlmdRequestFamilies {
     pub ttft: CappedHistograms<FlowStreamingLabels>,
 }
 
+/// `{reason}` of `epp_requests_dropped_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub(super) struct DroppedLabels {
+    reason: &'static str,
+}
+
 /// The director's families.
 #[derive(Debug)]
 pub struct RequestMetrics {
@@ -59,6 +65,8 @@ pub struct RequestMetrics {
     pub(super) llmd: LlmdRequestFamilies,
     pub(super) gie_rewrites: Family<RewriteLabels, Counter>,
     pub(super) llmd_rewrites: Family<RewriteLabels, Counter>,
+    /// `epp_requests_dropped_total{reason}`: refusals by llm-d's drop reason.
+    pub(super) dropped: Family<DroppedLabels, Counter>,
     /// The sum of `llm_d_epp_request_running` over all series, kept beside the families so it can be read.
     running_total: AtomicI64,
 }
@@ -72,9 +80,19 @@ impl RequestMetrics {
             llmd: LlmdRequestFamilies::register(registry),
             gie_rewrites: Family::default(),
             llmd_rewrites: Family::default(),
+            dropped: Family::default(),
             running_total: AtomicI64::new(0),
         };
         m.register_rewrites(registry);
+        registry.register(
+            "epp_requests_dropped",
+            "Requests refused before reaching a model server, by the x-llm-d-request-dropped-reason they got",
+            m.dropped.clone(),
+        );
+        // Every reason from the start, so a rate over them is defined before the first refusal.
+        for reason in DropReason::ALL {
+            let _ = m.dropped.get_or_create(&DroppedLabels { reason: reason.as_str() });
+        }
         Arc::new(m)
     }
 
@@ -87,6 +105,11 @@ impl RequestMetrics {
         d.request_sizes.get_or_create(&flow).observe(bytes);
         d.requests.get_or_create(&flow).inc();
         g.requests.get_or_create(&model.with_priority(l.priority)).inc();
+    }
+
+    /// A request was refused, for `reason`.
+    pub fn record_dropped(&self, reason: DropReason) {
+        self.dropped.get_or_create(&DroppedLabels { reason: reason.as_str() }).inc();
     }
 
     /// A request ended with an error (`*_request_error_total{error_code}`).

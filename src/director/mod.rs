@@ -43,7 +43,7 @@ pub use probe::{explain, Explained, ProbeRequest, RouteProbe};
 pub use probe_view::RouteExplanation;
 
 use crate::datastore::{locate, Datastore, Endpoint, InvalidSubsetEntry, SubsetHint, SubsetMatch};
-use crate::error::RequestError;
+use crate::error::{DropReason, RequestError};
 use crate::flowcontrol::{Admission, DispatchTicket, FlowRequest};
 use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
@@ -213,7 +213,7 @@ impl Director {
     ) -> Result<Option<DispatchTicket>, RequestError> {
         let Some(controller) = self.admission.flow_controller() else { return Ok(None) };
         if req.subset.is_explicitly_empty(self.options.subset_match) {
-            return Err(RequestError::unavailable(NO_CANDIDATES));
+            return Err(RequestError::unavailable(NO_CANDIDATES).dropped(DropReason::NoEndpoints));
         }
         let flow_req = FlowRequest {
             labels: prepared.labels.as_labels(),
@@ -240,11 +240,12 @@ impl Director {
     fn located(&self, req: &IncomingRequest) -> Result<Vec<Arc<Endpoint>>, RequestError> {
         let pool = self.datastore.endpoints();
         if pool.is_empty() {
-            return Err(RequestError::unavailable("no endpoints available in the pool"));
+            return Err(RequestError::unavailable("no endpoints available in the pool")
+                .dropped(DropReason::NoEndpoints));
         }
         let located = locate(&pool, &req.subset, self.options.subset_match);
         if located.is_empty() {
-            return Err(RequestError::unavailable(NO_CANDIDATES));
+            return Err(RequestError::unavailable(NO_CANDIDATES).dropped(DropReason::NoEndpoints));
         }
         Ok(located)
     }

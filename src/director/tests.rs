@@ -323,4 +323,5 @@ async fn route_runs_the_steps_and_answers_errors_with_their_labels() {
     req.subset = SubsetHint::parse(["10.7.7.7:8000"]).unwrap();
     let (err, labels) = d.route(&req).await.unwrap_err();
     assert_eq!((err.code.http_status(), labels.model_name.as_str()), (503, "m"));
+    assert_eq!(err.dropped, Some(crate::error::DropReason::NoEndpoints), "llm-d's reason on the 503");
 }

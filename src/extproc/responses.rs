@@ -16,7 +16,7 @@ use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 
 pub use crate::director::RoutingMutation;
 use crate::error::RequestError;
-use crate::wire::{DESTINATION_KEY, DESTINATION_NAMESPACE, SCORES_KEY};
+use crate::wire::{DESTINATION_KEY, DESTINATION_NAMESPACE, DROPPED_REASON_HEADER, SCORES_KEY};
 
 /// Envoy's recommended limit for one streamed body chunk is 64 KiB; the Go EPP uses 62,000 bytes.
 pub const BODY_CHUNK_LIMIT: usize = 62_000;
@@ -175,9 +175,14 @@ pub fn trailers(request: bool) -> ProcessingResponse {
 
 /// A local reply ending the request: status from the error code, body `inference error: <Code> - <msg>`.
 pub fn immediate(error: &RequestError) -> ProcessingResponse {
+    let headers = error.dropped.map(|reason| HeaderMutation {
+        set_headers: vec![header(DROPPED_REASON_HEADER, reason.as_str())],
+        remove_headers: Vec::new(),
+    });
     ProcessingResponse {
         response: Some(Response::ImmediateResponse(ImmediateResponse {
             status: Some(HttpStatus { code: i32::from(error.code.http_status()) }),
+            headers,
             body: error.to_string().into_bytes(),
             details: format!("epp_{}", error.code.as_str()),
             ..Default::default()
@@ -256,5 +261,16 @@ mod tests {
         let Some(Response::ImmediateResponse(i)) = r.response else { panic!() };
         assert_eq!(i.status.unwrap().code, 400);
         assert_eq!(i.body, b"inference error: BadRequest - model not found in request body");
+        assert!(i.headers.is_none(), "no drop reason on a client error");
+    }
+
+    #[test]
+    fn a_dropped_request_says_why() {
+        let error = RequestError::unavailable("no endpoints").dropped(crate::error::DropReason::NoEndpoints);
+        let Some(Response::ImmediateResponse(i)) = immediate(&error).response else { panic!() };
+        let set = i.headers.unwrap().set_headers;
+        let value = set.iter().find(|h| h.header.as_ref().is_some_and(|h| h.key == DROPPED_REASON_HEADER));
+        let raw = value.and_then(|h| h.header.as_ref()).map(|h| h.raw_value.clone()).unwrap_or_default();
+        assert_eq!(raw, b"rejected-no-endpoints");
     }
 }

@@ -24,7 +24,7 @@ use super::metrics::OverheadMetrics;
 use super::protocol::{self, Phase};
 use super::responses;
 use crate::director::{Director, IncomingRequest, Routed};
-use crate::error::RequestError;
+use crate::error::{DropReason, RequestError};
 use crate::scheduling::CompletionKind;
 use crate::wire::REQUEST_ID_HEADER;
 
@@ -278,9 +278,12 @@ impl StreamHandler {
         if !self.reservation.grow(b.body.len()) {
             let limit = self.limits.max_buffered_request_bytes;
             return self
-                .reject(RequestError::unavailable(format!(
-                    "epp is buffering its limit of {limit} request-body bytes across streams; retry later"
-                )))
+                .reject(
+                    RequestError::unavailable(format!(
+                        "epp is buffering its limit of {limit} request-body bytes across streams; retry later"
+                    ))
+                    .dropped(DropReason::Saturated),
+                )
                 .await;
         }
         if self.req.body.is_empty() {
@@ -346,6 +349,9 @@ impl StreamHandler {
 
     async fn reject(&mut self, err: RequestError) -> Result<(), Closed> {
         tracing::debug!(request_id = %self.req.request_id, error = %err, "request rejected");
+        if let Some(reason) = err.dropped {
+            self.director.metrics().record_dropped(reason);
+        }
         self.phase = Phase::Finished;
         self.req.body = Vec::new();
         self.reservation.release();

@@ -187,7 +187,7 @@ impl FlowController {
                 let outcome = Outcome::RejectedOther.as_str();
                 shared.metrics.flow_enqueue_duration(&labels, outcome, enqueued_at.elapsed());
                 shared.metrics.flow_outcome(&labels, outcome, enqueued_at.elapsed());
-                return Err(FlowError::RejectedOther("epp is shutting down"));
+                return Err(FlowError::RejectedOther(super::outcome::SHUTTING_DOWN));
             }
             let seq = state.next_seq;
             state.next_seq += 1;

@@ -2,7 +2,7 @@
 //! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/flowcontrol/types/outcomes.go). The names are the
 //! values of the `outcome` metric label, and each failure maps to the HTTP status the Go EPP returns.
 
-use crate::error::RequestError;
+use crate::error::{DropReason, RequestError};
 
 use super::queue::CapacityError;
 
@@ -33,6 +33,9 @@ impl Outcome {
 
 /// The `outcome` label of the enqueue-duration histograms for a request that was queued.
 pub const NOT_YET_FINALIZED: &str = "NotYetFinalized";
+
+/// Why a request is refused when flow control is closing.
+pub(crate) const SHUTTING_DOWN: &str = "epp is shutting down";
 
 /// Why a request did not get through flow control. A client that goes away never sees an error: its
 /// waiting future is dropped, and the drop records `EvictedContextCancelled`.
@@ -66,8 +69,13 @@ impl FlowError {
 impl From<FlowError> for RequestError {
     fn from(e: FlowError) -> Self {
         match e {
-            FlowError::RejectedCapacity(_) => RequestError::exhausted(e.to_string()),
-            FlowError::EvictedTtl => RequestError::unavailable(e.to_string()),
+            FlowError::RejectedCapacity(_) => {
+                RequestError::exhausted(e.to_string()).dropped(DropReason::Saturated)
+            }
+            FlowError::EvictedTtl => RequestError::unavailable(e.to_string()).dropped(DropReason::TtlExpired),
+            FlowError::RejectedOther(SHUTTING_DOWN) => {
+                RequestError::internal(e.to_string()).dropped(DropReason::ShuttingDown)
+            }
             FlowError::RejectedOther(_) | FlowError::EvictedOther(_) => RequestError::internal(e.to_string()),
         }
     }

@@ -82,6 +82,7 @@ async fn a_full_queue_answers_429_and_the_queued_requests_still_complete() {
 
     let rejected = send(&client, &front, None, false).await;
     assert_eq!(rejected.status, 429, "{rejected:?}");
+    assert_eq!(rejected.dropped.as_deref(), Some("rejected-saturated"), "{rejected:?}");
     assert!(
         rejected.body.starts_with("inference error: ResourceExhausted - request rejected by flow control"),
         "{rejected:?}"
@@ -116,8 +117,11 @@ async fn a_request_that_outlives_its_ttl_in_the_queue_gets_503() {
         (expired.status, expired.body.as_str(), expired.backend.as_deref()),
         (503, "inference error: ServiceUnavailable - request timed out in queue", None)
     );
+    assert_eq!(expired.dropped.as_deref(), Some("rejected-ttl-expired"));
     let text = front.epp.metrics_text();
     assert_eq!(outcomes(&text, "EvictedTTL"), 1.0, "{text}");
+    let dropped = metric_sample(&text, "epp_requests_dropped_total", &[("reason", "rejected-ttl-expired")]);
+    assert_eq!(dropped, Some(1.0), "{text}");
     assert_eq!(queued(&text), 0.0, "{text}");
 
     backends.release_all();
