@@ -173,6 +173,10 @@ pub struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. "info" or "epp=debug".
     #[arg(long, env = "EPP_LOG", default_value = "info")]
     pub log_level: String,
+    /// Log lines as human text, or one JSON object per line (for log collectors): `timestamp`, `level`,
+    /// `target`, `fields` (the message and the event's fields) and the spans it happened in.
+    #[arg(long, env = "EPP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 
     #[command(flatten)]
     pub predictor: PredictorFlags,
@@ -401,4 +405,11 @@ mod tests {
         let c = Cli::parse_from(["epp", "--kv-cache-usage-percentage-metric", "x"]);
         assert!(c.validate().unwrap_err().contains("kv-cache-usage-percentage-metric"));
     }
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }

@@ -191,3 +191,37 @@ async fn during_the_shutdown_delay_readiness_is_not_serving_and_new_streams_are_
     let routing = routing_of(&answer);
     assert_eq!(routing.set.get("x-gateway-destination-endpoint"), Some(&server.addr.to_string()));
 }
+
+/// `--log-format json`: the binary writes one JSON object per line, for log collectors.
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let (grpc, health, metrics) =
+        (epp_testkit::free_port(), epp_testkit::free_port(), epp_testkit::free_port());
+    let args: Vec<String> = [
+        "--grpc-port",
+        &grpc.to_string(),
+        "--grpc-health-port",
+        &health.to_string(),
+        "--metrics-port",
+        &metrics.to_string(),
+        "--endpoints",
+        "127.0.0.1:9",
+        "--secure-serving=false",
+        "--log-format",
+        "json",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    let mut epp = epp_testkit::start_epp(&args);
+    epp.kill();
+    let logs = epp.logs();
+    let lines: Vec<&str> = logs.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "epp logged nothing");
+    for line in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v["level"].is_string() && v["fields"]["message"].is_string(), "{line}");
+    }
+    assert!(lines.iter().any(|l| l.contains("epp serving")), "{logs}");
+}

@@ -70,6 +70,9 @@ pub struct Cli {
     pub prefill_max_retries: u32,
     #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
     pub prefill_retry_backoff: Duration,
+    /// Log lines as human text, or one JSON object per line (as epp's `--log-format`).
+    #[arg(long, env = "EPP_LOG_FORMAT", value_enum, default_value_t = epp::cli::LogFormat::Text)]
+    pub log_format: epp::cli::LogFormat,
     /// Largest request body accepted (413 above).
     #[arg(long, default_value_t = 64 << 20)]
     pub max_body_bytes: usize,

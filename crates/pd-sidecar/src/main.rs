@@ -3,18 +3,20 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use epp::cli::LogFormat;
 use epp_pd_sidecar::cli::{watch_endpoints_file, Cli};
 use epp_pd_sidecar::proxy::Sidecar;
 use epp_pd_sidecar::tls::{server_config, TlsListener};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    match run(Cli::parse()).await {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    match cli.log_format {
+        LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).init(),
+        LogFormat::Json => tracing_subscriber::fmt().json().with_env_filter(filter).init(),
+    }
+    match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("epp-pd-sidecar: {e}");
