@@ -10,7 +10,8 @@ use serde_json::json;
 #[path = "e2e_envoy/readme_tour.rs"]
 mod readme_tour;
 
-const TEMPLATES: [&str; 3] = ["envoy-full-duplex.yaml", "envoy-buffered.yaml", "envoy-direct.yaml"];
+const TEMPLATES: [&str; 4] =
+    ["envoy-full-duplex.yaml", "envoy-buffered.yaml", "envoy-direct.yaml", "envoy-standby.yaml"];
 
 // ---------------------------------------------------------------------------------------------------
 // Harness checks (no epp)
@@ -28,10 +29,15 @@ fn render_template_fills_values_and_defaults_and_leaves_comments() {
 #[test]
 fn envoy_templates_render_and_validate() {
     let Some(envoy) = envoy_or_skip("envoy_templates_render_and_validate") else { return };
-    let vars: Vec<(&str, String)> = ["LISTEN_PORT", "ADMIN_PORT", "EXTPROC_PORT", "BACKEND_PORT"]
-        .into_iter()
-        .map(|name| (name, free_port().to_string()))
-        .collect();
+    let names = [
+        "LISTEN_PORT",
+        "ADMIN_PORT",
+        "EXTPROC_PORT",
+        "BACKEND_PORT",
+        "STANDBY_EXTPROC_PORT",
+        "STANDBY_HEALTH_PORT",
+    ];
+    let vars: Vec<(&str, String)> = names.into_iter().map(|name| (name, free_port().to_string())).collect();
     let plaintext: Vec<(&str, String)> =
         vars.iter().cloned().chain([(PLAINTEXT_EXTPROC.0, PLAINTEXT_EXTPROC.1.to_string())]).collect();
     let dir = tempfile::tempdir().unwrap();
