@@ -413,3 +413,14 @@ pub enum LogFormat {
     Text,
     Json,
 }
+
+impl LogFormat {
+    /// Installs the process's log subscriber: events `filter` lets through, written in this format
+    /// (epp's and epp-pd-sidecar's `main`).
+    pub fn install(self, filter: tracing_subscriber::EnvFilter) {
+        match self {
+            LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).init(),
+            LogFormat::Json => tracing_subscriber::fmt().json().with_env_filter(filter).init(),
+        }
+    }
+}

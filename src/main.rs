@@ -2,17 +2,14 @@
 
 use clap::Parser;
 use epp::app::Server;
-use epp::cli::{Cli, LogFormat};
+use epp::cli::Cli;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let filter = EnvFilter::try_new(&cli.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-    match cli.log_format {
-        LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).init(),
-        LogFormat::Json => tracing_subscriber::fmt().json().with_env_filter(filter).init(),
-    }
+    cli.log_format.install(filter);
     let server = match Server::start(cli).await {
         Ok(s) => s,
         Err(e) => {

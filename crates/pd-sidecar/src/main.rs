@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use epp::cli::LogFormat;
 use epp_pd_sidecar::cli::{watch_endpoints_file, Cli};
 use epp_pd_sidecar::proxy::Sidecar;
 use epp_pd_sidecar::tls::{server_config, TlsListener};
@@ -12,10 +11,7 @@ use epp_pd_sidecar::tls::{server_config, TlsListener};
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    match cli.log_format {
-        LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).init(),
-        LogFormat::Json => tracing_subscriber::fmt().json().with_env_filter(filter).init(),
-    }
+    cli.log_format.install(filter);
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
