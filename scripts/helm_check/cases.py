@@ -81,6 +81,7 @@ CASES = {
                                               "- type: max-score-picker\nschedulingProfiles:\n- name: default\n"
                                               "  plugins:\n  - pluginRef: latency-scorer\n"
                                               "  - pluginRef: max-score-picker\n"}}},
+    "dashboard": {"dashboard": {"enabled": True}},
     # Every other example the chart ships, so each is loaded by a real epp too.
     **{f"example {e}": {"config": {"example": e}} for e in EXAMPLES if e != "default"},
 }

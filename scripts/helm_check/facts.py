@@ -2,6 +2,7 @@
 (their meaning computed independently in effective.py)."""
 
 import hashlib
+import json
 
 import yaml
 
@@ -14,6 +15,8 @@ def check_case(docs, notes, merged, app_version):
     """Checks every promise; returns the epp arguments ({flag: value}), the config text and the
     container's plain env ({name: value}) for the start-up check."""
     eff = Effective(merged, app_version)
+    check_dashboard(docs, merged)
+    docs = [d for d in docs if not is_dashboard(d)]
     by_kind = {}
     for doc in docs:
         expect(doc["kind"] not in by_kind, f"two {doc['kind']} objects")
@@ -214,3 +217,21 @@ def check_notes(notes, eff):
     expect(("x-llm-d-slo-ttft-ms" in notes) == (eff.example in ("predicted-latency-slo", "predicted-latency-epp")),
            "NOTES: the SLO headers")
     expect("is ignored" not in notes, "NOTES still says something is ignored")
+
+
+def is_dashboard(doc):
+    return doc["kind"] == "ConfigMap" and doc["metadata"]["name"].endswith("-dashboard")
+
+
+def check_dashboard(docs, merged):
+    """The Grafana dashboard ConfigMap: there exactly when `dashboard.enabled`, labelled for the sidecar,
+    holding the dashboard's JSON."""
+    dashboards = [d for d in docs if is_dashboard(d)]
+    settings = merged["dashboard"]
+    expect(len(dashboards) == (1 if settings["enabled"] else 0), f"{len(dashboards)} dashboard ConfigMaps")
+    for cm in dashboards:
+        labels = cm["metadata"].get("labels", {})
+        expect(labels.get(settings["label"]) == settings["labelValue"], f"dashboard labels {labels}")
+        panels = json.loads(cm["data"]["epp.json"]).get("panels", [])
+        expect(len(panels) >= 10, f"the dashboard has {len(panels)} panels")
+

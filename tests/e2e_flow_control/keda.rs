@@ -165,6 +165,12 @@ async fn the_keda_signals_follow_a_held_load_in_prometheus() {
     let predicted = p.value("count(llm_d_epp_request_predicted_ttft_seconds_bucket)").await;
     assert_eq!(predicted, None, "no predicted-latency producer configured, yet predictions were recorded");
 
+    // An error, so the errors panel has a series; then every non-predictor panel must show data.
+    let bad = post_raw(&client, &front.url("/v1/completions"), b"{not json".to_vec(), &[]).await;
+    assert_eq!(bad.status().as_u16(), 400);
+    p.wait_for("the error scraped", "sum(inference_objective_request_error_total)", |n| n >= 1.0).await;
+    dashboard_panels_show_data(p, &front.epp.metrics_text(), |expr| !expr.contains("epp_predictor_")).await;
+
     eprintln!(
         "KEDA signals (Prometheus, {SENT} requests, capacity {CAPACITY}): idle saturation {idle_saturation}; \
          during {during:?} (inflight tokens {inflight_tokens:?}); after {after:?}; signal 4: TTFT p90 \
@@ -253,8 +259,62 @@ async fn signal_4_reads_predicted_latency_in_prometheus() {
     assert!(predicted_ttft.is_some_and(|v| v > 0.0), "predicted TTFT p90 {predicted_ttft:?}");
     assert!(predicted_tpot.is_some_and(|v| v > 0.0), "predicted TPOT p90 {predicted_tpot:?}");
     let saturation = p.wait_for("signal 4", "epp:saturation:smoothed", |s| s > 0.0).await;
+    dashboard_panels_show_data(p, &stack.epp.metrics_text(), |expr| expr.contains("epp_predictor_")).await;
     eprintln!(
         "signal 4 from predictions: rule TTFT p90 {ttft:.4}s (predicted {predicted_ttft:?}), rule TPOT p90 \
          {tpot:.5}s (predicted {predicted_tpot:?}), epp:saturation:smoothed {saturation:.4}"
     );
+}
+
+/// The shipped Grafana dashboard's queries, as (panel title, PromQL), with Grafana's `$__rate_interval`
+/// as 1m.
+fn dashboard_queries() -> Vec<(String, String)> {
+    let path = manifest_dir().join("deploy/helm/epp/dashboards/epp.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut out = Vec::new();
+    for panel in panels {
+        let title = panel["title"].as_str().unwrap_or("?").to_string();
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr").replace("$__rate_interval", "1m");
+            out.push((title.clone(), expr));
+        }
+    }
+    assert!(out.len() >= 16, "the dashboard lost panels: {out:?}");
+    out
+}
+
+/// The metric families a query names (epp's prefixes; recording rules, with colons, are not epp's).
+fn metric_families(expr: &str) -> Vec<String> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter(|t| !t.contains(':'))
+        .filter(|t| ["inference_", "llm_d_epp_", "epp_"].iter().any(|p| t.starts_with(p)))
+        .map(|t| {
+            ["_bucket", "_total", "_count", "_sum"]
+                .iter()
+                .find_map(|s| t.strip_suffix(s))
+                .unwrap_or(t)
+                .to_string()
+        })
+        .collect()
+}
+
+/// Every dashboard query `select` picks names only metrics epp exports (`epp_metrics`, its exposition)
+/// and returns data in Prometheus.
+async fn dashboard_panels_show_data(p: &Prometheus, epp_metrics: &str, select: impl Fn(&str) -> bool) {
+    let mut checked = 0;
+    for (title, expr) in dashboard_queries().into_iter().filter(|(_, e)| select(e)) {
+        for family in metric_families(&expr) {
+            assert!(
+                epp_metrics.contains(&format!("# TYPE {family} ")),
+                "panel {title:?}: {family} is not a metric epp exports ({expr})"
+            );
+        }
+        let found = p.wait_for_data(&expr).await;
+        assert!(found, "panel {title:?}: no data for {expr}");
+        checked += 1;
+    }
+    assert!(checked > 0, "no dashboard query selected");
+    eprintln!("dashboard: {checked} queries return data");
 }

@@ -155,6 +155,22 @@ impl Prometheus {
         samples.first().map(|(_, value)| *value)
     }
 
+    /// Polls `promql` until it returns at least one finite sample (within [`PROMQL_DEADLINE`]); whether it
+    /// did. Panics on a query Prometheus rejects.
+    pub async fn wait_for_data(&self, promql: &str) -> bool {
+        let started = std::time::Instant::now();
+        loop {
+            let samples = self.query(promql).await.unwrap_or_else(|e| panic!("{e}"));
+            if samples.iter().any(|(_, v)| v.is_finite()) {
+                return true;
+            }
+            if started.elapsed() > PROMQL_DEADLINE {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Polls `promql` until its value satisfies `expected` (within [`PROMQL_DEADLINE`]); returns that
     /// value. Panics with the last value, the targets' health and the config otherwise.
     pub async fn wait_for(&self, what: &str, promql: &str, expected: impl Fn(f64) -> bool) -> f64 {
