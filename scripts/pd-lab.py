@@ -4,9 +4,9 @@
 Four H100s serve a long-prompt workload (crates/lab/inputs/pd/workload-long-prompts.yaml) three ways:
 aggregated (epp's default profile), 2 prefill + 2 decode, and 1 prefill + 3 decode, the last two routed by
 llm-d's P/D guide config (config/pd-disaggregation.yaml: always disaggregate) and by the same config with
-prefix-based-pd-decider at each nonCachedTokens of the sweep. Prints one markdown table: the mean over the
-seeds of SLO attainment, TTFT / TPOT / E2E p90 and the share of requests disaggregated. Nothing here is
-tuned: the sweep is reported whole, and no value of it is chosen for a config epp ships.
+prefix-based-pd-decider at each nonCachedTokens of the sweep, at each rate scale. Prints one markdown table:
+the mean over the seeds of SLO attainment, TTFT / TPOT / E2E p90 and the share of requests completed.
+Nothing here is tuned: the sweep is reported whole, and no value of it is chosen for a config epp ships.
 
 Usage: scripts/pd-lab.py [--seeds 1-5] [--thresholds 512,2048,8192] [--rate-scales 1,1.5,2] [--jobs N]
 Standard library only; needs a release build of epp-lab (cargo build --release -p epp-lab).
@@ -15,23 +15,16 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from scenarios import lab_binary, seed_range
+
 ROOT = Path(__file__).resolve().parent.parent
 INPUTS = ROOT / "crates/lab/inputs/pd"
 GUIDE = ROOT / "config/pd-disaggregation.yaml"
-
-
-def lab_binary():
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    lab = Path(os.environ.get("LAB", target / "release/epp-lab"))
-    if not lab.exists():
-        sys.exit(f"pd-lab.py: {lab} missing (cargo build --release -p epp-lab)")
-    return lab
 
 
 def prefix_config(threshold):
@@ -64,8 +57,7 @@ def main():
     parser.add_argument("--rate-scales", default="1,1.5,2", help="multiples of the workload's 3 requests/s")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
-    m = re.fullmatch(r"(\d+)-(\d+)", args.seeds)
-    seeds = range(int(m.group(1)), int(m.group(2)) + 1) if m else [int(args.seeds)]
+    seeds = seed_range(args.seeds)
     lab = lab_binary()
     with tempfile.TemporaryDirectory() as tmp:
         configs = [GUIDE]

@@ -97,28 +97,11 @@ fn pd_stack(test: &str, config_file: &std::path::Path) -> Option<PdStack> {
     let decode = vec![decode_pod("127.0.0.41", &file), decode_pod("127.0.0.42", &file)];
     let decode_addrs: Vec<SocketAddr> = decode.iter().map(|d| d.addr).collect();
     std::fs::write(&file, endpoints_yaml(&prefill_addrs, &decode_addrs)).expect("write endpoints");
-    let (grpc, health, metrics) = (free_port(), free_port(), free_port());
-    let args: Vec<String> = [
-        "--grpc-port",
-        &grpc.to_string(),
-        "--grpc-health-port",
-        &health.to_string(),
-        "--metrics-port",
-        &metrics.to_string(),
-        "--endpoints-file",
-        file.to_str().unwrap_or_default(),
-        "--refresh-metrics-interval",
-        "50ms",
-        "--config-file",
-        config_file.to_str().unwrap_or_default(),
-    ]
-    .iter()
-    .map(ToString::to_string)
-    .collect();
-    let child = start_epp(&args);
-    let epp =
-        Epp { child, grpc_port: grpc, health_port: health, metrics_port: metrics, args, env: Vec::new() };
-    let vars = [("EXTPROC_PORT", grpc.to_string()), ("HEALTH_PORT", health.to_string())];
+    let (file_arg, config_arg) =
+        (file.to_str().unwrap_or_default(), config_file.to_str().unwrap_or_default());
+    let args = ["--endpoints-file", file_arg, "--config-file", config_arg];
+    let epp = start_epp_on_free_ports(&args, &[]);
+    let vars = [("EXTPROC_PORT", epp.grpc_port.to_string()), ("HEALTH_PORT", epp.health_port.to_string())];
     let envoy = start_envoy_on_free_ports("envoy-full-duplex.yaml", &vars);
     Some(PdStack { prefill, decode, epp, envoy, _dir: dir })
 }

@@ -9,40 +9,26 @@ use std::sync::Arc;
 use super::*;
 use crate::config;
 use crate::datastore::Endpoint;
-use crate::scheduling::{FactoryContext, NoopObserver, PluginMetrics, Registry};
+use crate::scheduling::{FactoryContext, PluginMetrics, Registry};
 
 const CHAT: &str = "/v1/chat/completions";
 const GUIDE: &str = include_str!("../../config/pd-disaggregation.yaml");
 
 /// A director over pods `10.0.0.<i+1>:8000` labelled with `roles` (`None`: unlabelled).
 fn pd_director(yaml: &str, roles: &[Option<&str>]) -> (Director, Arc<MetricsRegistry>) {
-    let datastore = Arc::new(Datastore::new("test"));
-    let registry = MetricsRegistry::new("test");
-    let metrics = DirectorMetrics::register(&registry);
-    let ctx = FactoryContext::new(datastore.clone(), PluginMetrics::register(&registry));
-    let loaded = config::load(yaml, &Registry::with_builtins(), &ctx).expect("config loads");
-    datastore.set_endpoints(
-        roles
-            .iter()
-            .enumerate()
-            .map(|(i, role)| {
-                let labels: BTreeMap<String, String> =
-                    role.map(|r| ("llm-d.ai/role".to_string(), r.to_string())).into_iter().collect();
-                let addr = format!("10.0.0.{}:8000", i + 1).parse().expect("address");
-                Endpoint::new(format!("pod-{}", i + 1), addr).with_labels(labels)
-            })
-            .collect(),
-    );
+    let endpoints = roles
+        .iter()
+        .enumerate()
+        .map(|(i, role)| {
+            let labels: BTreeMap<String, String> =
+                role.map(|r| ("llm-d.ai/role".to_string(), r.to_string())).into_iter().collect();
+            let addr = format!("10.0.0.{}:8000", i + 1).parse().expect("address");
+            Endpoint::new(format!("pod-{}", i + 1), addr).with_labels(labels)
+        })
+        .collect();
     let options = DirectorOptions { parse_bodies: true, ..Default::default() };
-    let d = Director::new(
-        datastore,
-        Arc::new(loaded.pipeline),
-        Admission::default(),
-        metrics,
-        Arc::new(NoopObserver),
-        options,
-    );
-    (d, registry)
+    let (director, registry, _) = super::tests::director_over(Some(yaml), endpoints, options);
+    (director, registry)
 }
 
 fn request(prompt: &str, headers: &[(&str, &str)]) -> IncomingRequest {

@@ -38,21 +38,42 @@ impl SaturationDetector for Switch {
     }
 }
 
-fn director_with(yaml: Option<&str>, options: DirectorOptions) -> Director {
+/// A director over `endpoints` with `yaml` (epp's default config when `None`), and the registry its
+/// request and plugin metrics record in, and its datastore.
+pub(super) fn director_over(
+    yaml: Option<&str>,
+    endpoints: Vec<Endpoint>,
+    options: DirectorOptions,
+) -> (Director, Arc<MetricsRegistry>, Arc<Datastore>) {
     let datastore = Arc::new(Datastore::new("test"));
     let registry = MetricsRegistry::new("test");
     let metrics = DirectorMetrics::register(&registry);
     let ctx = FactoryContext::new(datastore.clone(), PluginMetrics::register(&registry));
-    let registry = Registry::with_builtins();
+    let plugins = Registry::with_builtins();
     let loaded = match yaml {
-        Some(yaml) => config::load(yaml, &registry, &ctx),
-        None => config::load_default(&registry, &ctx),
+        Some(yaml) => config::load(yaml, &plugins, &ctx),
+        None => config::load_default(&plugins, &ctx),
     }
     .expect("config loads");
-    datastore.set_endpoints(vec![
+    datastore.set_endpoints(endpoints);
+    let pipeline = Arc::new(loaded.pipeline);
+    let d = Director::new(
+        datastore.clone(),
+        pipeline,
+        Admission::default(),
+        metrics,
+        Arc::new(NoopObserver),
+        options,
+    );
+    (d, registry, datastore)
+}
+
+fn director_with(yaml: Option<&str>, options: DirectorOptions) -> Director {
+    let endpoints = vec![
         Endpoint::new("a", "10.0.0.1:8000".parse().unwrap()),
         Endpoint::new("b", "10.0.0.2:8000".parse().unwrap()),
-    ]);
+    ];
+    let (director, _, datastore) = director_over(yaml, endpoints, options);
     for (i, ep) in datastore.endpoints().iter().enumerate() {
         ep.update_telemetry(EndpointTelemetry {
             // Endpoint b is idle, a is busy: the default profile picks b.
@@ -61,14 +82,7 @@ fn director_with(yaml: Option<&str>, options: DirectorOptions) -> Director {
             ..Default::default()
         });
     }
-    Director::new(
-        datastore,
-        Arc::new(loaded.pipeline),
-        Admission::default(),
-        metrics,
-        Arc::new(NoopObserver),
-        options,
-    )
+    director
 }
 
 fn director() -> Director {

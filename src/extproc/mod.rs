@@ -11,7 +11,7 @@ pub(crate) mod metrics;
 mod protocol;
 pub mod responses;
 pub mod stream;
-pub(crate) mod tls;
+pub mod tls;
 
 use std::pin::Pin;
 use std::sync::Arc;

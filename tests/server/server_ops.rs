@@ -195,25 +195,8 @@ async fn during_the_shutdown_delay_readiness_is_not_serving_and_new_streams_are_
 /// `--log-format json`: the binary writes one JSON object per line, for log collectors.
 #[test]
 fn json_logs_are_one_object_per_line() {
-    let (grpc, health, metrics) =
-        (epp_testkit::free_port(), epp_testkit::free_port(), epp_testkit::free_port());
-    let args: Vec<String> = [
-        "--grpc-port",
-        &grpc.to_string(),
-        "--grpc-health-port",
-        &health.to_string(),
-        "--metrics-port",
-        &metrics.to_string(),
-        "--endpoints",
-        "127.0.0.1:9",
-        "--secure-serving=false",
-        "--log-format",
-        "json",
-    ]
-    .iter()
-    .map(ToString::to_string)
-    .collect();
-    let mut epp = epp_testkit::start_epp(&args);
+    let args = ["--endpoints", "127.0.0.1:9", "--secure-serving=false", "--log-format", "json"];
+    let mut epp = epp_testkit::start_epp_on_free_ports(&args, &[]).child;
     epp.kill();
     let logs = epp.logs();
     let lines: Vec<&str> = logs.lines().filter(|l| !l.trim().is_empty()).collect();

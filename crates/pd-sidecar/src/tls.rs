@@ -18,32 +18,18 @@ use tokio_rustls::TlsAcceptor;
 /// Why TLS could not be set up; names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("--cert-path: cannot read {path}: {source}")]
-    Read { path: String, source: io::Error },
+    #[error("--cert-path: {0}")]
+    Files(#[from] epp::extproc::tls::TlsError),
     #[error("--cert-path: {path} holds no usable PEM {what}")]
     Pem { path: String, what: &'static str },
-    #[error("self-signed certificate: {0}")]
-    SelfSigned(#[from] rcgen::Error),
     #[error("TLS configuration: {0}")]
     Config(#[from] tokio_rustls::rustls::Error),
 }
 
 /// The server configuration for `dir` (`None`: self-signed).
 pub fn server_config(dir: Option<&Path>) -> Result<Arc<ServerConfig>, TlsError> {
-    let (cert, key, where_) = match dir {
-        Some(dir) => {
-            let read = |name: &str| {
-                let path = dir.join(name);
-                std::fs::read(&path)
-                    .map_err(|source| TlsError::Read { path: path.display().to_string(), source })
-            };
-            (read("tls.crt")?, read("tls.key")?, dir.display().to_string())
-        }
-        None => {
-            let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
-            (ck.cert.pem().into_bytes(), ck.key_pair.serialize_pem().into_bytes(), "self-signed".into())
-        }
-    };
+    let (cert, key) = epp::extproc::tls::pem_pair(dir)?;
+    let where_ = dir.map_or_else(|| "self-signed".to_string(), |d| d.display().to_string());
     let certs: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(&cert).filter_map(Result::ok).collect();
     if certs.is_empty() {

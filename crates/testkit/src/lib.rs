@@ -369,23 +369,26 @@ pub fn start_epp_for(endpoints: &str, extra_args: &[&str]) -> Epp {
 
 /// [`start_epp_for`] with extra environment variables.
 pub fn start_epp_for_with_env(endpoints: &str, extra_args: &[&str], env: &[(&str, &str)]) -> Epp {
+    let mut args = vec!["--endpoints", endpoints];
+    args.extend_from_slice(extra_args);
+    start_epp_on_free_ports(&args, env)
+}
+
+/// Starts epp on fresh gRPC, health and metrics ports, scraping every 50ms, with `args` (which name the
+/// pool: `--endpoints`, `--endpoints-file`, …) and `env`.
+pub fn start_epp_on_free_ports(args: &[&str], env: &[(&str, &str)]) -> Epp {
     let (grpc_port, health_port, metrics_port) = (free_port(), free_port(), free_port());
-    let mut args: Vec<String> = [
-        "--grpc-port",
-        &grpc_port.to_string(),
-        "--grpc-health-port",
-        &health_port.to_string(),
-        "--metrics-port",
-        &metrics_port.to_string(),
-        "--endpoints",
-        endpoints,
-        "--refresh-metrics-interval",
-        "50ms",
-    ]
-    .iter()
-    .map(std::string::ToString::to_string)
-    .collect();
-    args.extend(extra_args.iter().map(std::string::ToString::to_string));
+    let ports = [
+        "--grpc-port".to_string(),
+        grpc_port.to_string(),
+        "--grpc-health-port".to_string(),
+        health_port.to_string(),
+        "--metrics-port".to_string(),
+        metrics_port.to_string(),
+        "--refresh-metrics-interval".to_string(),
+        "50ms".to_string(),
+    ];
+    let args: Vec<String> = ports.into_iter().chain(args.iter().map(|a| (*a).to_string())).collect();
     let child = start_epp_with_env(&args, env);
     let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     Epp { child, grpc_port, health_port, metrics_port, args, env }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::param_checks::{non_negative_int, unit_fraction, InvalidParameter};
+use super::param_checks::{non_negative_int, unit_fraction};
 use crate::scheduling::{
     parse_params, BuiltPlugin, Candidate, DataKey, FactoryContext, PluginError, SchedulingRequest, Scorer,
     ScorerCategory,
@@ -36,7 +36,7 @@ struct Params {
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ActiveRequestScorer {
-    idle_threshold: i64,
+    idle_threshold: u64,
     max_busy_score: f64,
 }
 
@@ -56,7 +56,7 @@ impl Scorer for ActiveRequestScorer {
         let max = subset.iter().map(|&i| requests(i)).max().unwrap_or(0);
         for (score, &i) in scores.iter_mut().zip(subset) {
             let n = requests(i);
-            *score = if n <= self.idle_threshold || max <= 0 {
+            *score = if u64::try_from(n).unwrap_or(0) <= self.idle_threshold || max <= 0 {
                 1.0
             } else {
                 (max - n) as f64 / max as f64 * self.max_busy_score
@@ -71,9 +71,8 @@ pub(crate) fn factory(
     _ctx: &FactoryContext,
 ) -> Result<BuiltPlugin, PluginError> {
     let p: Params = parse_params(name, TYPE_NAME, params)?;
-    let idle_threshold = non_negative_int("idleThreshold", p.idle_threshold, 0)
-        .and_then(|t| i64::try_from(t).map_err(|_| InvalidParameter::new("idleThreshold", "is too large")))
-        .map_err(|e| e.for_plugin(name, TYPE_NAME))?;
+    let idle_threshold =
+        non_negative_int("idleThreshold", p.idle_threshold, 0).map_err(|e| e.for_plugin(name, TYPE_NAME))?;
     let max_busy_score =
         unit_fraction("maxBusyScore", p.max_busy_score, 1.0).map_err(|e| e.for_plugin(name, TYPE_NAME))?;
     if p.request_timeout.is_some() {

@@ -82,27 +82,22 @@ impl DisaggProfileHandler {
         (!decode.is_some_and(|d| Arc::ptr_eq(d, prefill))).then_some(prefill)
     }
 
-    /// Whether the optional stage `profile` with `decider` runs next: configured, not yet run, and the
-    /// decider agrees for the decode pick (`None` before decode ran: prefill-first asks without one).
-    fn stage_runs(
-        &self,
+    /// Whether stage `profile` is configured and has not run yet.
+    fn pending(cycle: &ProfileCycle<'_>, profile: &String) -> bool {
+        cycle.profiles.contains(profile) && !cycle.done.contains(profile)
+    }
+
+    /// Whether `decider` (none: no) agrees to its stage for the pick of profile `about`.
+    fn decides(
         req: &SchedulingRequest<'_>,
         cycle: &ProfileCycle<'_>,
-        profile: &str,
         decider: Option<&Arc<dyn Decider>>,
-        always: bool,
+        about: &str,
     ) -> bool {
-        if !cycle.profiles.iter().any(|p| p == profile) || cycle.done.iter().any(|p| p == profile) {
-            return false;
-        }
-        if always {
-            return true;
-        }
-        let Some(decider) = decider else { return false };
-        let decode = Self::target(cycle.results, &self.settings.decode_profile);
-        match decode.and_then(|d| cycle.candidate(d)) {
-            Some(c) => decider.disaggregate(req, c),
-            None => false,
+        let asked = Self::target(cycle.results, about).and_then(|e| cycle.candidate(e));
+        match (decider, asked) {
+            (Some(decider), Some(candidate)) => decider.disaggregate(req, candidate),
+            _ => false,
         }
     }
 
@@ -125,10 +120,15 @@ impl ProfileHandler for DisaggProfileHandler {
                 return Vec::new();
             }
             if s.stage_order == StageOrder::DecodeFirst {
-                if self.stage_runs(req, cycle, &s.encode_profile, self.encode_decider.get(), false) {
+                let (encode, prefill) = (self.encode_decider.get(), self.prefill_decider.get());
+                if Self::pending(cycle, &s.encode_profile)
+                    && Self::decides(req, cycle, encode, &s.decode_profile)
+                {
                     return vec![s.encode_profile.clone()];
                 }
-                if self.stage_runs(req, cycle, &s.prefill_profile, self.prefill_decider.get(), false) {
+                if Self::pending(cycle, &s.prefill_profile)
+                    && Self::decides(req, cycle, prefill, &s.decode_profile)
+                {
                     return vec![s.prefill_profile.clone()];
                 }
             }
@@ -136,17 +136,15 @@ impl ProfileHandler for DisaggProfileHandler {
             return Vec::new();
         }
         if s.stage_order == StageOrder::PrefillFirst {
-            if self.stage_runs(req, cycle, &s.prefill_profile, None, true) {
+            // No decode pick yet: prefill always runs, and the encode decider is asked about the prefill pick.
+            if Self::pending(cycle, &s.prefill_profile) {
                 return vec![s.prefill_profile.clone()];
             }
             let encode = self.encode_decider.get();
-            let encode_done = cycle.done.contains(&s.encode_profile);
-            if !encode_done && encode.is_some() && cycle.profiles.contains(&s.encode_profile) {
-                // No decode pick yet: the encode decider is asked about the prefill pod, if any.
-                let asked = Self::target(cycle.results, &s.prefill_profile).and_then(|p| cycle.candidate(p));
-                if asked.is_some_and(|c| encode.is_some_and(|d| d.disaggregate(req, c))) {
-                    return vec![s.encode_profile.clone()];
-                }
+            if Self::pending(cycle, &s.encode_profile)
+                && Self::decides(req, cycle, encode, &s.prefill_profile)
+            {
+                return vec![s.encode_profile.clone()];
             }
         }
         vec![s.decode_profile.clone()]
