@@ -7,7 +7,8 @@
 //! series cap must keep as cheap as a plain family lookup). And the same request through llm-d's
 //! predicted-latency pipelines (config/predicted-latency.yaml and predicted-latency-slo.yaml) and epp's
 //! profile (predicted-latency-epp.yaml) with a trained 200-tree model: features for every endpoint, a TTFT
-//! (and TPOT) batch prediction, the affinity and tier filters and the latency scorer.
+//! (and TPOT) batch prediction, the affinity and tier filters and the latency scorer. And the default
+//! path with OpenTelemetry tracing on, sampled and not.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -266,5 +267,61 @@ fn bench_during_retrain(c: &mut Criterion) {
     eprintln!("retrains completed during the measurement: {}", retrains.load(Ordering::Relaxed));
 }
 
-criterion_group!(benches, bench, bench_recording, bench_during_retrain);
+/// Discards what the batch processor hands it: the request path's cost of a sampled trace, without the
+/// export (which runs on the processor's thread).
+#[derive(Debug)]
+struct DiscardingExporter;
+
+impl opentelemetry_sdk::trace::SpanExporter for DiscardingExporter {
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        criterion::black_box(batch);
+        Ok(())
+    }
+}
+
+/// The default profile's request path with `--tracing`: every request sampled (its `gateway.request`
+/// span, the decision's spans, the upstream `traceparent`, the spans handed to the batch processor), and
+/// tracing on but the request not sampled; the untraced path is `request_path/220KB_chat_100_endpoints`.
+fn bench_tracing(c: &mut Criterion) {
+    use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    let headers: Headers = [(":path", "/v1/chat/completions"), ("x-request-id", "r")].into_iter().collect();
+    let mut request = IncomingRequest {
+        request_id: "r".into(),
+        headers,
+        path: "/v1/chat/completions".into(),
+        body: chat_body(220 * 1024),
+        ..Default::default()
+    };
+    let director = director(100, true, Pipeline::Default);
+    for (name, sampler) in [
+        ("request_path_tracing/220KB_chat_100_endpoints_sampled", Sampler::AlwaysOn),
+        ("request_path_tracing/220KB_chat_100_endpoints_not_sampled", Sampler::AlwaysOff),
+    ] {
+        let provider = SdkTracerProvider::builder()
+            .with_sampler(sampler)
+            .with_batch_exporter(DiscardingExporter)
+            .build();
+        let tracing = epp::otel::Tracing::new(&provider);
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                request.trace = tracing.start_request(&request.headers, &request.request_id);
+                let routed = rt.block_on(director.route(&request)).expect("routed");
+                let headers = responses::routed_request_headers(&routed.mutation);
+                let chunks = responses::streamed_body(&request.body, true, true);
+                criterion::black_box((headers, chunks));
+                drop(routed);
+                if let Some(trace) = request.trace.take() {
+                    trace.end(Some(200), None);
+                }
+            });
+        });
+        let _ = provider.shutdown();
+    }
+}
+
+criterion_group!(benches, bench, bench_recording, bench_during_retrain, bench_tracing);
 criterion_main!(benches);

@@ -27,6 +27,7 @@ LAYERS = [
     ["metrics"],
     ["predictor", "kvcache"],
     ["telemetry", "scheduling", "health", "discovery"],
+    ["otel"],
     ["flowcontrol"],
     ["director"],
     ["extproc"],

@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -65,6 +66,8 @@ pub struct Server {
     leader: Option<LeaderElection>,
     /// The latency predictor's training thread; stopped (saving its models) at shutdown.
     predictor: Option<OnlinePredictor>,
+    /// The OpenTelemetry exporter (`--tracing`); flushed at shutdown so the last spans are not lost.
+    tracer_provider: Option<SdkTracerProvider>,
     grace: Duration,
     /// How long NOT_SERVING is reported while streams are still accepted, before the drain.
     delay: Duration,
@@ -108,7 +111,8 @@ impl Server {
         let leader = leader.map(LeaderElection::spawn);
         let (flow_controller, admission) = build::admission(&core, hooks, options.subset_match);
         let health_monitor = HealthMonitor::new(health, &core.metrics);
-        let director = build::director(&core, admission, options, health_monitor.clone());
+        let (tracing, tracer_provider) = build::tracing(&cli)?;
+        let director = build::director(&core, admission, options, health_monitor.clone(), tracing);
 
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -170,6 +174,7 @@ impl Server {
             readiness,
             leader,
             predictor: core.predictor,
+            tracer_provider,
             grace: serving.grace,
             delay: serving.delay,
         })
@@ -209,6 +214,14 @@ impl Server {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => tracing::warn!(%error, "stopping the latency predictor"),
                 Err(error) => tracing::warn!(%error, "stopping the latency predictor"),
+            }
+        }
+        if let Some(provider) = self.tracer_provider {
+            // Flushing waits for the last export (up to its timeout): off the runtime, which serves it.
+            match tokio::task::spawn_blocking(move || provider.shutdown()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::warn!(%error, "flushing OpenTelemetry spans"),
+                Err(error) => tracing::warn!(%error, "flushing OpenTelemetry spans"),
             }
         }
         // A health Watch stream never ends on its own, and graceful close waits for every connection:

@@ -177,6 +177,12 @@ pub struct Cli {
     /// `target`, `fields` (the message and the event's fields) and the spans it happened in.
     #[arg(long, env = "EPP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Emit OpenTelemetry traces (llm-d's flag; off by default here, where llm-d's is on and prints spans
+    /// to stdout). Configured by the standard OTEL_* variables: OTEL_EXPORTER_OTLP_ENDPOINT,
+    /// OTEL_EXPORTER_OTLP_PROTOCOL (grpc or http/protobuf), OTEL_TRACES_SAMPLER[_ARG] (default
+    /// parentbased_traceidratio at 0.1), OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES (docs/operations.md).
+    #[arg(long, env = "EPP_TRACING", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub tracing: bool,
 
     #[command(flatten)]
     pub predictor: PredictorFlags,

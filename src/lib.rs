@@ -23,6 +23,7 @@ pub mod flowcontrol;
 pub mod health;
 pub mod kvcache;
 pub mod metrics;
+pub mod otel;
 pub mod predictor;
 pub mod request;
 pub mod scheduling;

@@ -9,7 +9,8 @@
 //! Layout: this file holds the shared fixtures; `e2e_epp/routing.rs` the load-following, control-header and
 //! header-only routing tests; `e2e_epp/body.rs` body forwarding, rewrites, errors and SSE streaming;
 //! `e2e_epp/lifecycle.rs` epp's request metrics after completed, abandoned and failed requests;
-//! `e2e_epp/standby.rs` a hot standby taking over from a killed or stopped primary. Without Envoy
+//! `e2e_epp/standby.rs` a hot standby taking over from a killed or stopped primary; `e2e_epp/tracing.rs`
+//! OpenTelemetry spans at a real OTLP receiver and the trace handed upstream. Without Envoy
 //! the tests fail (`EPP_SKIP_MISSING_TOOLS=1` skips them, printing SKIP, outside CI).
 
 #[path = "e2e_epp/body.rs"]
@@ -20,6 +21,8 @@ mod lifecycle;
 mod routing;
 #[path = "e2e_epp/standby.rs"]
 mod standby;
+#[path = "e2e_epp/tracing.rs"]
+mod tracing;
 
 use epp_testkit::*;
 use serde_json::{json, Value};

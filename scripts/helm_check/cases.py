@@ -82,6 +82,13 @@ CASES = {
                                               "  plugins:\n  - pluginRef: latency-scorer\n"
                                               "  - pluginRef: max-score-picker\n"}}},
     "dashboard": {"dashboard": {"enabled": True}},
+    # Tracing: the native switch, and upstream's block (its keys win) with a user env entry that wins.
+    "tracing": {"tracing": {"enabled": True, "sampling": {"sampler": "always_on"}}},
+    "tracing upstream block": {
+        "tracing": {"otelExporterEndpoint": "http://native:4317"},
+        "inferenceExtension": {"tracing": {"enabled": True, "otelExporterEndpoint": "http://collector:4317",
+                                           "sampling": {"samplerArg": 0.5}},
+                               "env": [{"name": "OTEL_TRACES_SAMPLER", "value": "traceidratio"}]}},
     # Every other example the chart ships, so each is loaded by a real epp too.
     **{f"example {e}": {"config": {"example": e}} for e in EXAMPLES if e != "default"},
 }
@@ -97,6 +104,7 @@ REFUSED = {
     "bad duration": ({"shutdownGracePeriod": "soon"}, "shutdownGracePeriod"),
     "replicas without leader election": ({"replicas": 2}, "replicas=2 needs leaderElection.enabled"),
     "unknown upstream key": ({"inferenceExtension": {"replica": 2}}, "additional properties 'replica'"),
+    "unknown sampler": ({"tracing": {"enabled": True, "sampling": {"sampler": "jaeger_remote"}}}, "sampler"),
     "latency predictor without its plugin": (
         {"inferenceExtension": {"latencyPredictor": {"enabled": True}}, "config": {"example": "flow-control"}},
         "config (config.example flow-control) has no predicted-latency-producer plugin"),

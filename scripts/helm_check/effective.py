@@ -30,6 +30,10 @@ class Effective:
         self.image = f"{repo}:{image.get('tag') or merged['image']['tag'] or app_version}"
         self.grpc_port = ie.get("extProcPort") or merged["ports"]["grpc"]
         self.flags = {**merged["flags"], **(ie.get("flags") or {})}
+        # Tracing: upstream's block over the native one, key by key.
+        tracing, upstream = merged["tracing"], ie.get("tracing") or {}
+        sampling = {**tracing["sampling"], **(upstream.get("sampling") or {})}
+        self.tracing = {**tracing, **upstream, "sampling": sampling}
 
         # The config: a custom one, else the example; upstream's latencyPredictor.enabled turns the
         # default example into predicted-latency-epp (epp's recommended profile).
@@ -59,7 +63,7 @@ class Effective:
                 "LATENCY_OBJECTIVE_TYPE" not in config and "LATENCY_OBJECTIVE_TYPE" not in taken:
             self.predictor_env.append({"name": "LATENCY_OBJECTIVE_TYPE", "value": "log-mean"})
         self.user_env = user_env
-        self.env = self.predictor_env + user_env
+        self.env = self.predictor_env + self._tracing_env(taken) + user_env
 
         self.static = bool(merged["endpoints"] or re.search(r"(?m)^endpoints:", self.config)
                            or "endpoints-file" in self.flags)
@@ -80,3 +84,18 @@ class Effective:
         self.rules = [{"apiGroups": [self.pool_group if c["group"] == "POOL_GROUP" else c["group"]],
                        "resources": [c["resource"]], "verbs": c["verbs"]}
                       for f in features for c in API_CALLS[f]] if merged["rbac"]["create"] else []
+
+    def _tracing_env(self, taken):
+        """The OTEL_* env upstream's chart sets with tracing on, less the names the user's env sets."""
+        tracing = self.tracing
+        if not tracing["enabled"]:
+            return []
+        attributes = "k8s.namespace.name=$(NAMESPACE),k8s.node.name=$(OTEL_RESOURCE_ATTRIBUTES_NODE_NAME)," \
+                     "k8s.pod.name=$(POD_NAME)"
+        env = [{"name": "OTEL_TRACES_EXPORTER", "value": "otlp"},
+               {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": tracing["otelExporterEndpoint"]},
+               {"name": "OTEL_TRACES_SAMPLER", "value": tracing["sampling"]["sampler"]},
+               {"name": "OTEL_TRACES_SAMPLER_ARG", "value": _env_value(tracing["sampling"]["samplerArg"])},
+               {"name": "OTEL_RESOURCE_ATTRIBUTES_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+               {"name": "OTEL_RESOURCE_ATTRIBUTES", "value": attributes}]
+        return [e for e in env if e["name"] not in taken]

@@ -47,6 +47,7 @@ def check_case(docs, notes, merged, app_version):
     check_ports(container, by_kind["Service"], spec, merged, eff)
     text = check_config_and_volumes(container, pod, deploy, by_kind["ConfigMap"], merged, eff)
     check_predictor(container, pod, args, text, eff)
+    check_tracing(container, args, eff)
     check_security(container, pod, by_kind, eff)
     check_rbac_pool_monitor(by_kind, pod, args, deploy, eff)
     check_notes(notes, eff)
@@ -154,6 +155,16 @@ def check_predictor(container, pod, args, text, eff):
     expect(all(e in eff.env for e in mapped), f"latency env {mapped}")
     wanted = [e for e in eff.env if e["name"].startswith("LATENCY_")]
     expect(all(e in mapped for e in wanted), f"latency env {mapped}, want {wanted}")
+
+
+def check_tracing(container, args, eff):
+    """Tracing: `--tracing=true` exactly when enabled, and no OTEL_* env of the chart's otherwise (what it
+    sets when enabled is part of the env check)."""
+    enabled = bool(eff.tracing["enabled"])
+    expect(args.get("--tracing") == ("true" if enabled else None), f"--tracing: {args.get('--tracing')!r}")
+    user = {e["name"] for e in eff.user_env}
+    otel = [e["name"] for e in container["env"] if e["name"].startswith("OTEL_") and e["name"] not in user]
+    expect(enabled or not otel, f"OTEL_* env without tracing: {otel}")
 
 
 def check_security(container, pod, by_kind, eff):

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 
 use crate::cli::Cli;
 use crate::config::{self, LoadedConfig};
@@ -18,6 +19,7 @@ use crate::flowcontrol::{
 };
 use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
+use crate::otel::{self, Tracing, TracingSettings};
 use crate::predictor::online::{HubMode, OnlinePredictor, PredictorHub};
 use crate::request::PolicyStore;
 use crate::scheduling::observer::TimingObserver;
@@ -139,12 +141,25 @@ fn configured_detector(loaded: &LoadedConfig) -> Option<(String, Arc<dyn Saturat
     detector.map(|d| (name.to_string(), d))
 }
 
+/// Tracing as `--tracing` and the `OTEL_*` variables ask (a bad variable fails start-up, naming it), and
+/// the provider to flush at shutdown.
+pub(super) fn tracing(cli: &Cli) -> anyhow::Result<(Tracing, Option<SdkTracerProvider>)> {
+    if !cli.tracing {
+        return Ok((Tracing::disabled(), None));
+    }
+    let settings = TracingSettings::from_env().context("--tracing")?;
+    let provider = otel::tracer_provider(&settings).context("--tracing")?;
+    tracing::info!(exporter = ?settings.exporter, sampler = ?settings.sampler, "OpenTelemetry tracing on");
+    Ok((Tracing::new(&provider), Some(provider)))
+}
+
 /// The director over the pipeline, timing each plugin into the scheduler's families.
 pub(super) fn director(
     core: &Core,
     admission: Admission,
     options: DirectorOptions,
     health: Arc<HealthMonitor>,
+    tracing: Tracing,
 ) -> Arc<Director> {
     let observer: Arc<dyn Observer> = {
         let m = core.director_metrics.scheduler.clone();
@@ -160,5 +175,5 @@ pub(super) fn director(
         observer,
         options,
     );
-    Arc::new(director.with_health(health))
+    Arc::new(director.with_health(health).with_tracing(tracing))
 }

@@ -58,6 +58,27 @@ pub const OTHER_ENVIRONMENT: &[(&str, &str)] = &[
         "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER",
         "deprecated: `true` turns flow control on, as `featureGates: [flowControl]` does",
     ),
+    ("OTEL_TRACES_EXPORTER", "with `--tracing`: `otlp` (default) or `none`"),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", "with `--tracing`: the collector (default `http://localhost:4317`)"),
+    (
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "with `--tracing`: the collector's traces URL, over the general one",
+    ),
+    ("OTEL_EXPORTER_OTLP_PROTOCOL", "with `--tracing`: `grpc` (default) or `http/protobuf`"),
+    ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "with `--tracing`: the protocol for traces, over the general one"),
+    ("OTEL_EXPORTER_OTLP_HEADERS", "with `--tracing`: headers sent with each export (`k=v,…`)"),
+    ("OTEL_EXPORTER_OTLP_TIMEOUT", "with `--tracing`: one export's timeout in milliseconds (default 10000)"),
+    ("OTEL_EXPORTER_OTLP_CERTIFICATE", "with `--tracing`: a PEM CA bundle for an https collector"),
+    ("OTEL_TRACES_SAMPLER", "with `--tracing`: the sampler (default `parentbased_traceidratio`)"),
+    ("OTEL_TRACES_SAMPLER_ARG", "with `--tracing`: the sampled fraction, 0 to 1 (default 0.1)"),
+    ("OTEL_SERVICE_NAME", "with `--tracing`: the spans' `service.name` (default `llm-d-epp`)"),
+    ("OTEL_RESOURCE_ATTRIBUTES", "with `--tracing`: resource attributes (`k=v,…`)"),
+    (
+        "OTEL_RESOURCE_ATTRIBUTES_NODE_NAME",
+        "the chart's node name, referred to in `OTEL_RESOURCE_ATTRIBUTES`",
+    ),
+    ("OTEL_BSP_SCHEDULE_DELAY", "with `--tracing`: the span batch's delay in milliseconds (default 5000)"),
+    ("OTEL_BSP_MAX_QUEUE_SIZE", "with `--tracing`: spans held for export; beyond it they are dropped (2048)"),
 ];
 
 /// The flag reference as a Markdown table: every visible flag, its environment variable, its default

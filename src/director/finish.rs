@@ -31,7 +31,15 @@ impl Director {
             _ => None,
         };
         let content_length = new_body.as_ref().map_or(req.body.len(), Vec::len);
-        let mutation = routing_mutation(req, &decision.result, content_length, self.options.emit_scores);
+        let mut mutation = routing_mutation(req, &decision.result, content_length, self.options.emit_scores);
+        if let Some(trace) = &req.trace {
+            trace.set_attribute(opentelemetry::KeyValue::new(
+                "llm_d.epp.destination",
+                mutation.destination.clone(),
+            ));
+            // The model server's spans continue this request's trace (set, so a client's copy is replaced).
+            mutation.set_headers.extend(trace.upstream_headers());
+        }
         tracing::debug!(
             request_id = %req.request_id,
             model = %labels.model_name,

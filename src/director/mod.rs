@@ -29,6 +29,8 @@ mod tests;
 use std::sync::Arc;
 use std::time::Instant;
 
+use opentelemetry::trace::Span as _;
+use opentelemetry::KeyValue;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -47,6 +49,7 @@ use crate::error::{DropReason, RequestError};
 use crate::flowcontrol::{Admission, DispatchTicket, FlowRequest};
 use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
+use crate::otel::{RequestTrace, TracedObserver, Tracing};
 use crate::request::{Headers, PolicyStore, TokenEstimator};
 use crate::scheduling::{Candidate, Observer, Pipeline, SchedulerMetrics, SchedulingRequest};
 
@@ -90,6 +93,9 @@ pub struct IncomingRequest {
     /// A subset hint the gateway sent that did not parse: the request is answered 400 naming the entry.
     pub invalid_subset: Option<InvalidSubsetEntry>,
     pub received_at: Option<Instant>,
+    /// The request's trace, when tracing is on: the director's steps become its child spans, and its
+    /// `traceparent` goes upstream.
+    pub trace: Option<RequestTrace>,
 }
 
 /// The director's answer for a routed request.
@@ -126,6 +132,8 @@ pub struct Director {
     options: DirectorOptions,
     /// Drops unhealthy endpoints from the candidates and hears how each request went.
     health: Option<Arc<HealthMonitor>>,
+    /// Starts each stream's trace (off unless `--tracing`).
+    tracing: Tracing,
 }
 
 impl std::fmt::Debug for Director {
@@ -153,7 +161,19 @@ impl Director {
             observer,
             options,
             health: None,
+            tracing: Tracing::disabled(),
         }
+    }
+
+    /// Traces each request through `tracing`.
+    pub fn with_tracing(mut self, tracing: Tracing) -> Self {
+        self.tracing = tracing;
+        self
+    }
+
+    /// Where the stream handler starts each request's trace.
+    pub fn tracing(&self) -> &Tracing {
+        &self.tracing
     }
 
     /// Filters candidates by endpoint health (without it, every located endpoint is a candidate).
@@ -178,7 +198,14 @@ impl Director {
         let fail = |e: RequestError| (e, prepared.labels.clone());
         // Flow control admits before candidates are located, so a request waits while the pool or its
         // subset is empty; the ticket keeps it counted as pending load until `finish` registers it.
-        let ticket = self.admit(req, &prepared).await.map_err(fail)?;
+        if let Some(trace) = &req.trace {
+            trace.set_attribute(KeyValue::new("gen_ai.request.model", prepared.labels.model_name.clone()));
+            trace.set_attribute(KeyValue::new(
+                "llm_d.epp.target_model",
+                prepared.labels.target_model_name.clone(),
+            ));
+        }
+        let ticket = self.admit_traced(req, &prepared).await.map_err(fail)?;
         let mut candidates = self.candidates(req).map_err(fail)?;
         let token_ids = self.token_ids(&prepared.scheduling_request(req, Instant::now())).await;
         let processing_started = Instant::now();
@@ -191,11 +218,37 @@ impl Director {
             let elapsed = processing_started.elapsed();
             self.scheduler_metrics.record_scheduling(elapsed, prepared.target_model(), picked.map(|e| &**e));
         };
-        let observer = self.observer.as_ref();
-        match decide(&self.pipeline, shedding, &sreq, &mut candidates, &mut rng, observer, &mut scheduled) {
+        let traced = req.trace.as_ref().map(|trace| TracedObserver::new(self.observer.as_ref(), trace));
+        let observer = traced.as_ref().map_or(self.observer.as_ref(), |t| t as &dyn Observer);
+        let decided =
+            decide(&self.pipeline, shedding, &sreq, &mut candidates, &mut rng, observer, &mut scheduled);
+        drop(traced);
+        match decided {
             Ok(decision) => Ok(self.finish(req, prepared, decision, ticket, processing_started)),
             Err(refusal) => Err(fail(refusal.into_request_error())),
         }
+    }
+
+    /// [`admit`](Self::admit), in a `llm_d.epp.flow_control` span when the request is traced and flow
+    /// control is on (the span is the time spent queued).
+    async fn admit_traced(
+        &self,
+        req: &IncomingRequest,
+        prepared: &Prepared,
+    ) -> Result<Option<DispatchTicket>, RequestError> {
+        let span = req
+            .trace
+            .as_ref()
+            .filter(|_| self.admission.flow_controller().is_some())
+            .map(|trace| trace.child("llm_d.epp.flow_control"));
+        let admitted = self.admit(req, prepared).await;
+        if let Some(mut span) = span {
+            if let Err(e) = &admitted {
+                span.set_status(opentelemetry::trace::Status::error(e.message.clone()));
+            }
+            span.end();
+        }
+        admitted
     }
 
     /// The request's token ids from the pipeline's `token-producer`, when it has one (precise prefix

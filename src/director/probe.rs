@@ -27,6 +27,7 @@ use super::{Decision, Director, DirectorMetrics, IncomingRequest, Refusal};
 use crate::datastore::{Endpoint, SubsetHint};
 use crate::error::RequestError;
 use crate::metrics::MetricsRegistry;
+use crate::otel::Tracing;
 use crate::request::Headers;
 use crate::scheduling::profile::ProfileTrace;
 use crate::scheduling::types::ScoredCandidate;
@@ -160,6 +161,8 @@ impl RouteProbe {
             observer: Arc::new(NoopObserver),
             options: director.options.clone(),
             health: director.health.clone(),
+            // A probe is not a request: it starts no trace.
+            tracing: Tracing::disabled(),
         };
         Self { shadow }
     }
@@ -259,6 +262,7 @@ fn incoming(probe: ProbeRequest) -> IncomingRequest {
         subset,
         invalid_subset,
         received_at: Some(Instant::now()),
+        trace: None,
     }
 }
 

@@ -67,6 +67,9 @@ pub struct StreamHandler {
     state: Option<RoutedState>,
     /// Time spent inside epp on the request path (excludes waiting for Envoy's next chunk).
     request_work: Duration,
+    /// How the request ended, for its trace: the status epp answered or the upstream sent, and why epp
+    /// refused it.
+    outcome: (Option<u16>, Option<String>),
 }
 
 /// The stream has ended (Envoy went away or an answer could not be sent).
@@ -92,6 +95,7 @@ impl StreamHandler {
             req: IncomingRequest::default(),
             state: None,
             request_work: Duration::ZERO,
+            outcome: (None, None),
         }
     }
 
@@ -130,6 +134,10 @@ impl StreamHandler {
             }
         }
         self.finish();
+        if let Some(trace) = self.req.trace.take() {
+            let (status, error) = &self.outcome;
+            trace.end(*status, error.as_deref());
+        }
     }
 
     /// Completes a dispatched request at stream end: normally when Envoy sends no response body (BUFFERED
@@ -242,6 +250,7 @@ impl StreamHandler {
         self.req.body = Vec::new();
         self.req.headers = headers;
         self.req.received_at = Some(Instant::now());
+        self.req.trace = self.director.tracing().start_request(&self.req.headers, &self.req.request_id);
 
         // No body will come (GET, or Envoy sends no body): route on headers alone.
         if h.end_of_stream || self.modes.request == BodySendMode::None {
@@ -349,6 +358,12 @@ impl StreamHandler {
 
     async fn reject(&mut self, err: RequestError) -> Result<(), Closed> {
         tracing::debug!(request_id = %self.req.request_id, error = %err, "request rejected");
+        if let Some(trace) = &self.req.trace {
+            if let Some(reason) = err.dropped {
+                trace.set_attribute(opentelemetry::KeyValue::new("llm_d.epp.drop_reason", reason.as_str()));
+            }
+            self.outcome = (Some(err.code.http_status()), Some(err.message.clone()));
+        }
         if let Some(reason) = err.dropped {
             self.director.metrics().record_dropped(reason);
         }
@@ -364,6 +379,9 @@ impl StreamHandler {
             return self.send(responses::response_headers(&[])).await;
         };
         st.response_headers_seen = true;
+        if self.req.trace.is_some() {
+            self.outcome.0 = headers.get(":status").and_then(|v| v.parse().ok());
+        }
         let set = st.routed.active.on_response_headers(&headers, served.as_deref());
         if h.end_of_stream {
             st.routed.active.complete(CompletionKind::Finished);

@@ -41,6 +41,12 @@ impl ExtensionPoint {
 pub trait Observer: Send + Sync {
     /// Runs `f`, attributing its duration to `id` at `point`.
     fn time(&self, point: ExtensionPoint, id: &PluginId, f: &mut dyn FnMut());
+
+    /// Runs `f`, one run of the scheduling profile `name` (its filters, scorers and picker). A tracing
+    /// observer opens a span over it; the others just run it.
+    fn profile(&self, _name: &str, f: &mut dyn FnMut()) {
+        f();
+    }
 }
 
 /// Runs plugins without timing them.

@@ -177,7 +177,14 @@ impl Pipeline {
                         .iter()
                         .find(|p| p.name == name)
                         .ok_or_else(|| SchedulingError::Handler(format!("unknown profile {name:?}")))?;
-                    match profile.run_traced(req, candidates, rng, &mut scratch, obs, &mut *trace) {
+                    let mut run = None;
+                    obs.profile(&name, &mut || {
+                        run = Some(profile.run_traced(req, candidates, rng, &mut scratch, obs, &mut *trace));
+                    });
+                    let Some(run) = run else {
+                        return Err(SchedulingError::Handler(format!("profile {name:?} was not run")));
+                    };
+                    match run {
                         Ok(result) => results.push((name.clone(), result)),
                         Err(e) if handler.profile_required(&name) => return Err(e),
                         // An optional stage that found no endpoint: the cycle goes on without it.

@@ -14,7 +14,7 @@
 //! /metrics, waiting for scrapes), [`stack`] (backends + epp + Envoy in one call), [`held_backend`] (model
 //! servers that hold requests until the test releases them), [`kube_api`] (a fake Kubernetes API server
 //! speaking list/watch, for discovery tests), [`prometheus`] (a real Prometheus scraping the
-//! stack, queried with PromQL).
+//! stack, queried with PromQL), [`otlp`] (an OTLP trace receiver, gRPC and HTTP).
 
 pub mod envoy;
 pub mod epp_metrics;
@@ -22,6 +22,7 @@ pub mod held_backend;
 pub mod http;
 pub mod kube_api;
 pub mod llamacpp;
+pub mod otlp;
 pub mod prometheus;
 pub mod route_probe;
 pub mod sim_pod;
@@ -44,7 +45,10 @@ pub use http::*;
 pub use route_probe::{probe_candidate, route_probe, wait_for_probe};
 pub use sim_pod::SimPod;
 #[allow(unused_imports)] // used by the e2e tests through epp
-pub use stack::{start_epp_behind_envoy, start_stack, start_stack_with_envoy_vars, EppBehindEnvoy, Stack};
+pub use stack::{
+    start_epp_behind_envoy, start_stack, start_stack_with_envoy_vars, start_stack_with_epp_env,
+    EppBehindEnvoy, Stack,
+};
 
 /// How long a process may take to become ready. Generous on purpose: CI machines are slow and cold.
 pub const STARTUP_DEADLINE: Duration = Duration::from_secs(90);

@@ -3,7 +3,9 @@
 //! Why: almost every e2e test through epp needs the same three processes wired the same way; keeping the
 //! wiring here means a test only states what differs (template, backend flags, epp flags).
 
-use super::{envoy_or_skip, start_envoy_on_free_ports, start_epp_for, start_test_backends};
+use super::{
+    envoy_or_skip, start_envoy_on_free_ports, start_epp_for, start_epp_for_with_env, start_test_backends,
+};
 use super::{Envoy, Epp, TestBackends};
 
 /// A running stack. Fields drop in order: Envoy first (no new traffic), then epp, then the backends.
@@ -43,9 +45,31 @@ pub fn start_stack_with_envoy_vars(
     epp_args: &[&str],
     envoy_vars: &[(&str, &str)],
 ) -> Option<Stack> {
+    start_stack_with(test_name, template, backend_count, backend_args, (epp_args, &[]), envoy_vars)
+}
+
+/// [`start_stack`] with environment variables for epp (e.g. `OTEL_*`).
+pub fn start_stack_with_epp_env(
+    test_name: &str,
+    template: &str,
+    backend_count: usize,
+    epp_args: &[&str],
+    epp_env: &[(&str, &str)],
+) -> Option<Stack> {
+    start_stack_with(test_name, template, backend_count, &[], (epp_args, epp_env), &[])
+}
+
+fn start_stack_with(
+    test_name: &str,
+    template: &str,
+    backend_count: usize,
+    backend_args: &[&str],
+    (epp_args, epp_env): (&[&str], &[(&str, &str)]),
+    envoy_vars: &[(&str, &str)],
+) -> Option<Stack> {
     envoy_or_skip(test_name)?;
     let backends = start_test_backends(backend_count, backend_args);
-    let epp = start_epp_for(&backends.endpoints(), epp_args);
+    let epp = start_epp_for_with_env(&backends.endpoints(), epp_args, epp_env);
     let mut vars =
         vec![("EXTPROC_PORT", epp.grpc_port.to_string()), ("HEALTH_PORT", epp.health_port.to_string())];
     vars.extend(envoy_vars.iter().map(|(name, value)| (*name, value.to_string())));
