@@ -174,7 +174,8 @@ pub struct Cli {
     #[arg(long, env = "EPP_LOG", default_value = "info")]
     pub log_level: String,
     /// Log lines as human text, or one JSON object per line (for log collectors): `timestamp`, `level`,
-    /// `target`, `fields` (the message and the event's fields) and the spans it happened in.
+    /// `target`, `fields` (the message and the event's fields) and the spans it happened in (every line
+    /// about a request is in its `request` span, with its `request_id`).
     #[arg(long, env = "EPP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Emit OpenTelemetry traces (llm-d's flag; off by default here, where llm-d's is on and prints spans

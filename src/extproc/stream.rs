@@ -17,6 +17,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tonic::Status;
+use tracing::Instrument;
 
 use super::budget::BodyReservation;
 use super::envoy_msg::{body_mode, headers_of, served_endpoint, subset_hint, BodyModes};
@@ -70,6 +71,8 @@ pub struct StreamHandler {
     /// How the request ended, for its trace: the status epp answered or the upstream sent, and why epp
     /// refused it.
     outcome: (Option<u16>, Option<String>),
+    /// The log span every line about this request is written in (its `request_id`), from its headers on.
+    log_span: tracing::Span,
 }
 
 /// The stream has ended (Envoy went away or an answer could not be sent).
@@ -96,6 +99,7 @@ impl StreamHandler {
             state: None,
             request_work: Duration::ZERO,
             outcome: (None, None),
+            log_span: tracing::Span::none(),
         }
     }
 
@@ -115,7 +119,8 @@ impl StreamHandler {
             };
             match msg {
                 Some(Ok(m)) => {
-                    if self.handle(m).await.is_err() {
+                    let span = self.log_span.clone();
+                    if self.handle(m).instrument(span).await.is_err() {
                         break;
                     }
                 }
@@ -125,9 +130,10 @@ impl StreamHandler {
                     // reset (RST_STREAM) is Internal too, and is no violation.
                     if status.code() == tonic::Code::Internal && status.message().contains("decode") {
                         let reason = format!("undecodable ext_proc message: {}", status.message());
-                        let _ = self.fail_stream(reason).await;
+                        let span = self.log_span.clone();
+                        let _ = self.fail_stream(reason).instrument(span).await;
                     } else if status.code() != tonic::Code::Cancelled {
-                        tracing::debug!(request_id = %self.req.request_id, %status, "ext_proc stream error");
+                        self.log_span.in_scope(|| tracing::debug!(%status, "ext_proc stream error"));
                     }
                     break;
                 }
@@ -155,7 +161,7 @@ impl StreamHandler {
 
     /// Ends the stream with `INVALID_ARGUMENT` (the peer broke the protocol); nothing more is read.
     async fn fail_stream(&mut self, reason: String) -> Result<(), Closed> {
-        tracing::warn!(request_id = %self.req.request_id, %reason, "ext_proc protocol violation; ending the stream");
+        tracing::warn!(%reason, "ext_proc protocol violation; ending the stream");
         self.phase = Phase::Finished;
         let _ = self.tx.send(Err(Status::invalid_argument(reason))).await;
         Err(Closed)
@@ -194,7 +200,8 @@ impl StreamHandler {
         let result = match request {
             Msg::RequestHeaders(h) => {
                 self.take_subset_hint(md);
-                self.on_request_headers(h).await
+                let span = self.take_request_headers(&h);
+                self.on_request_headers(h).instrument(span).await
             }
             Msg::RequestBody(b) => {
                 self.take_subset_hint(md);
@@ -235,7 +242,9 @@ impl StreamHandler {
         }
     }
 
-    async fn on_request_headers(&mut self, h: HttpHeaders) -> Result<(), Closed> {
+    /// Takes the request's headers and id (the client's `x-request-id`, else a new one), starts its trace,
+    /// and returns the log span the rest of the stream runs in.
+    fn take_request_headers(&mut self, h: &HttpHeaders) -> tracing::Span {
         let headers = headers_of(h.headers.as_ref());
         self.req.path = headers.get(":path").unwrap_or("/v1/completions").to_string();
         match headers.get(REQUEST_ID_HEADER).filter(|v| !v.is_empty()) {
@@ -251,7 +260,11 @@ impl StreamHandler {
         self.req.headers = headers;
         self.req.received_at = Some(Instant::now());
         self.req.trace = self.director.tracing().start_request(&self.req.headers, &self.req.request_id);
+        self.log_span = tracing::info_span!("request", request_id = %self.req.request_id);
+        self.log_span.clone()
+    }
 
+    async fn on_request_headers(&mut self, h: HttpHeaders) -> Result<(), Closed> {
         // No body will come (GET, or Envoy sends no body): route on headers alone.
         if h.end_of_stream || self.modes.request == BodySendMode::None {
             self.req.header_only = true;
@@ -357,7 +370,7 @@ impl StreamHandler {
     }
 
     async fn reject(&mut self, err: RequestError) -> Result<(), Closed> {
-        tracing::debug!(request_id = %self.req.request_id, error = %err, "request rejected");
+        tracing::debug!(error = %err, "request rejected");
         if let Some(trace) = &self.req.trace {
             if let Some(reason) = err.dropped {
                 trace.set_attribute(opentelemetry::KeyValue::new("llm_d.epp.drop_reason", reason.as_str()));

@@ -208,3 +208,29 @@ fn json_logs_are_one_object_per_line() {
     }
     assert!(lines.iter().any(|l| l.contains("epp serving")), "{logs}");
 }
+
+/// Every line about a request carries its id: JSON logs put it in the `request` span of each line.
+#[tokio::test]
+async fn json_log_lines_about_a_request_carry_its_id() {
+    let args = ["--endpoints", "127.0.0.1:9", "--secure-serving=false", "--log-format", "json"];
+    let epp = epp_testkit::start_epp_on_free_ports(&args, &[("EPP_LOG", "debug")]);
+    let mut client = ExternalProcessorClient::connect(format!("http://127.0.0.1:{}", epp.grpc_port))
+        .await
+        .expect("connect");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut answers = client.process(ReceiverStream::new(rx)).await.expect("a stream").into_inner();
+    let headers = [(":method", "GET"), (":path", "/v1/models"), ("x-request-id", "log-me-7")];
+    tx.send(request_headers(&headers, true, None)).await.expect("send");
+    answers.message().await.expect("an answer").expect("not the end");
+    drop(tx);
+    let mut child = epp.child;
+    child.kill();
+    let logs = child.logs();
+    let about: Vec<&str> = logs.lines().filter(|l| l.contains("\"scheduled\"")).collect();
+    assert!(!about.is_empty(), "no scheduling line at debug: {logs}");
+    for line in about {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert_eq!(v["span"]["request_id"], "log-me-7", "{line}");
+    }
+}
