@@ -27,7 +27,7 @@ LAYERS = [
     ["metrics"],
     ["predictor", "kvcache"],
     ["telemetry", "scheduling", "health", "discovery"],
-    ["otel"],
+    ["otel", "access"],
     ["flowcontrol"],
     ["director"],
     ["extproc"],

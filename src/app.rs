@@ -1,13 +1,15 @@
 //! The composition root: resolve the settings, build the components, start the background tasks, bind
 //! and serve; and an orderly shutdown. It only wires: each step lives in its own module —
 //! [`settings`] (flags + configuration → what each component is built from, with every cross-check),
-//! [`build`] (the core, admission, the director, the endpoint sources), [`tasks`] (background tasks)
-//! and [`serve`] (the listeners and the ext_proc server).
+//! [`build`] (the core, admission, the director, the endpoint sources), [`tasks`] (background tasks),
+//! [`serve`] (the listeners and the ext_proc server) and [`metrics_port`] (/metrics and the route probe, behind
+//! the access gate).
 //!
 //! [`Server::start`] binds every port before returning, so tests run the real server on 127.0.0.1:0
 //! and read the bound addresses back.
 
 mod build;
+mod metrics_port;
 mod serve;
 mod settings;
 mod tasks;
@@ -20,6 +22,7 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::access::Gate;
 use crate::cli::Cli;
 use crate::datastore::Datastore;
 use crate::director::RequestMetrics;
@@ -150,9 +153,16 @@ impl Server {
         tasks.extend(policy_watch.into_iter().flat_map(PolicyWatch::into_tasks));
         let (health_stop, health_stop_rx) = watch::channel(false);
         let health_server = tasks::spawn_health_server(listeners.health, health_service, health_stop_rx);
-        let probe = tasks::route_probe(&serving, &director);
+        let probe = metrics_port::route_probe(&serving, &director);
+        let gate = Gate::build(&serving.access, &core.metrics)?;
         let metrics = core.metrics.clone();
-        tasks.push(tasks::spawn_metrics_server(listeners.metrics, metrics, probe, shutdown_rx.clone()));
+        tasks.push(metrics_port::spawn_metrics_server(
+            listeners.metrics,
+            metrics,
+            probe,
+            gate,
+            shutdown_rx.clone(),
+        ));
         let grpc = serve::serve_ext_proc(listeners.grpc, &serving, director, &core.metrics, shutdown_rx)?;
         let (grpc_addr, health_addr, metrics_addr) = (addresses.grpc, addresses.health, addresses.metrics);
         tracing::info!(%grpc_addr, %health_addr, %metrics_addr, secure = serving.tls.is_some(), "epp serving");

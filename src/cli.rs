@@ -184,6 +184,15 @@ pub struct Cli {
     /// parentbased_traceidratio at 0.1), OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES (docs/operations.md).
     #[arg(long, env = "EPP_TRACING", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub tracing: bool,
+    /// Authenticate and authorise requests to /metrics and the route probe as the Go EPP does: a bearer
+    /// token, checked with TokenReview and SubjectAccessReview (`get` on the path). Unset: on when epp talks
+    /// to Kubernetes (discovery or leader election), off in static mode (docs/operations.md).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub metrics_endpoint_auth: Option<bool>,
+    /// Bearer tokens (one per line; `#` comments) allowed on /metrics and the route probe without asking the
+    /// API server: for a scraper outside the cluster, or static mode with no API server. Turns the check on.
+    #[arg(long)]
+    pub metrics_token_file: Option<PathBuf>,
 
     #[command(flatten)]
     pub predictor: PredictorFlags,
@@ -258,7 +267,7 @@ impl Cli {
         Some(config)
     }
 
-    fn client_source(&self) -> ClientSource {
+    pub(crate) fn client_source(&self) -> ClientSource {
         match &self.kubeconfig {
             Some(path) => ClientSource::Kubeconfig(path.clone()),
             None => ClientSource::Infer,

@@ -11,6 +11,7 @@
 //! metadata names), [`error`], and [`config`] (builds every part from the EndpointPickerConfig). The
 //! layers are drawn in docs/architecture.md and checked by `scripts/check-layers.py`.
 
+pub mod access;
 pub mod app;
 pub mod cli;
 pub mod config;

@@ -82,6 +82,12 @@ CASES = {
                                               "  plugins:\n  - pluginRef: latency-scorer\n"
                                               "  - pluginRef: max-score-picker\n"}}},
     "dashboard": {"dashboard": {"enabled": True}},
+    # Metrics auth: forced on with static endpoints (a token Secret for the ServiceMonitor, no reader role),
+    # and upstream's switch turning it off in InferencePool mode.
+    "metrics auth static": {"endpoints": ["10.0.0.1:8000"], "metricsAuth": {"enabled": True, "readerClusterRole": False},
+                            "serviceMonitor": {"enabled": True, "tokenSecretName": "prom-token"}},
+    "metrics auth upstream off": {"inferenceExtension": {"monitoring": {"prometheus": {
+        "enabled": True, "auth": {"enabled": False}}}}},
     # Tracing: the native switch, and upstream's block (its keys win) with a user env entry that wins.
     "tracing": {"tracing": {"enabled": True, "sampling": {"sampler": "always_on"}}},
     "tracing upstream block": {
@@ -104,6 +110,7 @@ REFUSED = {
     "bad duration": ({"shutdownGracePeriod": "soon"}, "shutdownGracePeriod"),
     "replicas without leader election": ({"replicas": 2}, "replicas=2 needs leaderElection.enabled"),
     "unknown upstream key": ({"inferenceExtension": {"replica": 2}}, "additional properties 'replica'"),
+    "metrics auth flag": ({"flags": {"metrics-endpoint-auth": False}}, "use metricsAuth.enabled instead"),
     "unknown sampler": ({"tracing": {"enabled": True, "sampling": {"sampler": "jaeger_remote"}}}, "sampler"),
     "latency predictor without its plugin": (
         {"inferenceExtension": {"latencyPredictor": {"enabled": True}}, "config": {"example": "flow-control"}},

@@ -77,8 +77,14 @@ class Effective:
         self.service_monitor = merged["serviceMonitor"]["enabled"] or bool(prom.get("enabled"))
         self.sm_labels = {**merged["serviceMonitor"]["labels"], **(prom.get("extraLabels") or {})}
         self.resources = ie.get("resources") or merged["resources"]
+        # Metrics auth: upstream's auth.enabled, else metricsAuth.enabled, else on when epp calls the API.
+        auth = prom.get("auth") or {}
+        setting = auth["enabled"] if "enabled" in auth else merged["metricsAuth"].get("enabled")
+        self.metrics_auth = setting if isinstance(setting, bool) else self.calls_api
+        self.metrics_token_secret = auth.get("secretName") or merged["serviceMonitor"]["tokenSecretName"]
+        self.metrics_reader = self.metrics_auth and merged["metricsAuth"]["readerClusterRole"]
         token = merged["serviceAccount"]["automountServiceAccountToken"]
-        self.automount = token if isinstance(token, bool) else self.calls_api
+        self.automount = token if isinstance(token, bool) else (self.calls_api or self.metrics_auth)
         features = ([] if self.static else ["discovery", "inferencePool"]) + \
             (["leaderElection"] if self.leader_election else [])
         self.rules = [{"apiGroups": [self.pool_group if c["group"] == "POOL_GROUP" else c["group"]],

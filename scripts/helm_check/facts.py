@@ -6,9 +6,12 @@ import json
 
 import yaml
 
-from .common import (CHART, HEALTH_SERVICES, KNOWN_ENV, KNOWN_FLAGS, MODEL_DIR, NAMESPACE, RELEASE, expect,
-                     parse_duration_seconds, runs_predictor)
+from .common import (API_CALLS, CHART, HEALTH_SERVICES, KNOWN_ENV, KNOWN_FLAGS, MODEL_DIR, NAMESPACE, RELEASE,
+                     expect, parse_duration_seconds, runs_predictor)
 from .effective import Effective
+
+
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
 
 
 def check_case(docs, notes, merged, app_version):
@@ -19,15 +22,24 @@ def check_case(docs, notes, merged, app_version):
     docs = [d for d in docs if not is_dashboard(d)]
     by_kind = {}
     for doc in docs:
-        expect(doc["kind"] not in by_kind, f"two {doc['kind']} objects")
-        expect(doc["metadata"].get("namespace") == NAMESPACE, f"{doc['kind']} not in the release namespace")
-        by_kind[doc["kind"]] = doc
+        kind = doc["kind"]
+        if kind in CLUSTER_SCOPED:
+            # Two ClusterRoles (the reviews, the metrics reader), told apart by their names' ends.
+            kind = f"{kind} {doc['metadata']['name'].rsplit('-', 1)[-1]}"
+            expect("namespace" not in doc["metadata"], f"{kind} is cluster-scoped")
+        else:
+            expect(doc["metadata"].get("namespace") == NAMESPACE, f"{kind} not in the release namespace")
+        expect(kind not in by_kind, f"two {kind} objects")
+        by_kind[kind] = doc
     wanted = {"Deployment", "Service", "ConfigMap"}
     wanted |= {"ServiceAccount"} if merged["serviceAccount"]["create"] else set()
     wanted |= {"ServiceMonitor"} if eff.service_monitor else set()
     wanted |= {"Role", "RoleBinding"} if eff.rules else set()
     wanted |= {"InferencePool"} if eff.match_labels else set()
     wanted |= {"PodDisruptionBudget"} if merged["podDisruptionBudget"]["enabled"] else set()
+    rbac = merged["rbac"]["create"]
+    wanted |= {"ClusterRole auth", "ClusterRoleBinding auth"} if rbac and eff.metrics_auth else set()
+    wanted |= {"ClusterRole reader"} if rbac and eff.metrics_reader else set()
     expect(set(by_kind) == wanted, f"kinds {sorted(by_kind)} != {sorted(wanted)}")
     deploy = by_kind["Deployment"]
     spec, pod = deploy["spec"], deploy["spec"]["template"]["spec"]
@@ -48,6 +60,7 @@ def check_case(docs, notes, merged, app_version):
     text = check_config_and_volumes(container, pod, deploy, by_kind["ConfigMap"], merged, eff)
     check_predictor(container, pod, args, text, eff)
     check_tracing(container, args, eff)
+    check_metrics_auth(by_kind, pod, args, eff)
     check_security(container, pod, by_kind, eff)
     check_rbac_pool_monitor(by_kind, pod, args, deploy, eff)
     check_notes(notes, eff)
@@ -165,6 +178,35 @@ def check_tracing(container, args, eff):
     user = {e["name"] for e in eff.user_env}
     otel = [e["name"] for e in container["env"] if e["name"].startswith("OTEL_") and e["name"] not in user]
     expect(enabled or not otel, f"OTEL_* env without tracing: {otel}")
+
+
+def check_metrics_auth(by_kind, pod, args, eff):
+    """Metrics auth: the flag says what the values say; epp's account may create exactly api-calls.yaml's
+    reviews; the reader role grants `get` on /metrics; the ServiceMonitor sends a token exactly when asked."""
+    expect(args.get("--metrics-endpoint-auth") == str(eff.metrics_auth).lower(),
+           f"--metrics-endpoint-auth {args.get('--metrics-endpoint-auth')!r}, want {eff.metrics_auth}")
+    if "ClusterRole auth" in by_kind:
+        want = [{"apiGroups": [c["group"]], "resources": [c["resource"]], "verbs": c["verbs"]}
+                for c in API_CALLS["metricsAuth"]]
+        role, binding = by_kind["ClusterRole auth"], by_kind["ClusterRoleBinding auth"]
+        expect(role["rules"] == want, f"metrics-auth rules {role['rules']}, want {want}")
+        expect(binding["roleRef"]["name"] == role["metadata"]["name"], "metrics-auth binding roleRef")
+        expect(binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"],
+                                        "namespace": NAMESPACE}], "metrics-auth binding subject")
+        expect(eff.automount, "metrics auth without a mounted token")
+    if "ClusterRole reader" in by_kind:
+        rules = by_kind["ClusterRole reader"]["rules"]
+        expect(rules == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}], f"metrics-reader rules {rules}")
+    if "ServiceMonitor" in by_kind:
+        endpoint = by_kind["ServiceMonitor"]["spec"]["endpoints"][0]
+        if not eff.metrics_auth:
+            want = (None, None)
+        elif eff.metrics_token_secret:
+            want = ({"type": "Bearer", "credentials": {"name": eff.metrics_token_secret, "key": "token"}}, None)
+        else:
+            want = (None, "/var/run/secrets/kubernetes.io/serviceaccount/token")
+        got = (endpoint.get("authorization"), endpoint.get("bearerTokenFile"))
+        expect(got == want, f"ServiceMonitor credentials {got}, want {want}")
 
 
 def check_security(container, pod, by_kind, eff):

@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tonic::transport::ServerTlsConfig;
 
+use crate::access::AccessConfig;
 use crate::cli::Cli;
 use crate::config::{self, LoadedConfig};
 use crate::datastore::{Endpoint, SubsetMatch};
@@ -69,6 +70,8 @@ pub(super) struct Serving {
     pub limits: StreamLimits,
     /// `--enable-route-probe`: `POST /debug/route` on the metrics port.
     pub route_probe: bool,
+    /// Who may read the metrics port's endpoints (`--metrics-endpoint-auth`, `--metrics-token-file`).
+    pub access: AccessConfig,
     pub grace: Duration,
     pub delay: Duration,
 }
@@ -82,9 +85,12 @@ const MIN_POOL_GAUGE_PERIOD: Duration = Duration::from_millis(10);
 impl Settings {
     /// Resolves the flags against the loaded configuration.
     pub(super) fn resolve(cli: &Cli, loaded: &LoadedConfig) -> anyhow::Result<Self> {
+        let endpoints = EndpointSources::resolve(cli, loaded)?;
+        let leader = cli.leader_config();
+        let kubernetes = endpoints.discovery.is_some() || leader.is_some();
         Ok(Self {
-            endpoints: EndpointSources::resolve(cli, loaded)?,
-            leader: cli.leader_config(),
+            endpoints,
+            leader,
             director: director_options(cli, loaded)?,
             health: health_settings(cli, loaded),
             scrape: telemetry::ScrapeConfig {
@@ -98,7 +104,7 @@ impl Settings {
                 every: cli.refresh_prometheus_metrics_interval.max(MIN_POOL_GAUGE_PERIOD),
                 staleness: cli.metrics_staleness_threshold,
             },
-            serving: Serving::resolve(cli)?,
+            serving: Serving::resolve(cli, kubernetes)?,
         })
     }
 }
@@ -125,7 +131,9 @@ impl EndpointSources {
 }
 
 impl Serving {
-    fn resolve(cli: &Cli) -> anyhow::Result<Self> {
+    /// `kubernetes`: epp talks to an API server (discovery or leader election), so the metrics port's
+    /// endpoints are reviewed by it unless `--metrics-endpoint-auth=false`.
+    fn resolve(cli: &Cli, kubernetes: bool) -> anyhow::Result<Self> {
         let bind = |port: u16| SocketAddr::new(cli.bind_address, port);
         let tls = match cli.secure_serving {
             true => Some(tls::server_tls(cli.cert_path.as_deref()).context("--secure-serving")?),
@@ -141,6 +149,11 @@ impl Serving {
                 max_buffered_request_bytes: cli.max_buffered_request_bytes,
             },
             route_probe: cli.enable_route_probe,
+            access: AccessConfig {
+                kubernetes: cli.metrics_endpoint_auth.unwrap_or(kubernetes).then(|| cli.client_source()),
+                token_file: cli.metrics_token_file.clone(),
+                ..AccessConfig::default()
+            },
             grace: cli.shutdown_grace_period,
             delay: cli.shutdown_delay,
         })

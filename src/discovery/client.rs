@@ -50,7 +50,7 @@ impl DiscoveryError {
 }
 
 /// Builds a client from `source`.
-pub(super) async fn build_client(source: &ClientSource) -> Result<Client, DiscoveryError> {
+pub async fn build_client(source: &ClientSource) -> Result<Client, DiscoveryError> {
     let config = match source {
         ClientSource::Kubeconfig(path) => {
             let err = |source| DiscoveryError::Kubeconfig { path: path.clone(), source };

@@ -44,7 +44,7 @@ use kube::api::ApiResource;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use client::{ClientSource, DiscoveryError};
+pub use client::{build_client, ClientSource, DiscoveryError};
 pub use file::endpoint_addresses;
 pub use leader::{lease_name, LeaderConfig, LeaderElection};
 pub use metrics::{DiscoveryMetrics, SyncReason};

@@ -11,6 +11,7 @@ mod grpc_support;
 mod file;
 mod kube;
 mod leader_election;
+mod metrics_auth;
 mod objectives;
 mod rbac;
 mod server;

@@ -1,5 +1,6 @@
 //! The Helm chart grants exactly the Kubernetes API calls epp makes: epp runs with InferencePool
-//! discovery and leader election (every feature that calls the API) against the fake API server, which
+//! discovery, leader election and a reviewed scrape (every feature that calls the API) against the fake
+//! API server, which
 //! records each request; the calls, as RBAC sees them (API group, resource, verb), must be exactly those
 //! `deploy/helm/epp/api-calls.yaml` lists. The chart builds its Role from that file and
 //! `scripts/helm-check.py` checks every rendered Role against it, so a new call in the code without a
@@ -50,6 +51,8 @@ fn as_rbac(request: &str) -> Option<(String, String, String)> {
     let (group, rest) = match parts.as_slice() {
         ["api", "v1", "namespaces", _, rest @ ..] => ("", rest),
         ["apis", group, _, "namespaces", _, rest @ ..] => (*group, rest),
+        // Cluster-scoped: TokenReview and SubjectAccessReview.
+        ["apis", group, _, rest @ ..] => (*group, rest),
         _ => return None,
     };
     let watch = query.split('&').any(|p| p == "watch=true" || p == "watch=1");
@@ -84,6 +87,12 @@ async fn epp_calls_exactly_what_the_chart_grants() {
         "--ha-retry-period=50ms".into(),
     ]);
     let epp = Server::start(Cli::parse_from(args)).await.expect("epp starts");
+    // A scrape with a token: the metrics port's reviews (on by default in this mode).
+    api.reviews().add_token("scraper", "prometheus", &[]);
+    api.reviews().grant("prometheus", "get", "/metrics");
+    let scrape =
+        reqwest::Client::new().get(format!("http://{}/metrics", epp.metrics_addr)).bearer_auth("scraper");
+    assert_eq!(scrape.send().await.expect("a scrape").status(), 200);
     // Every kind of call shows up: the lease created, then renewed (get, update), the pool and its pods
     // listed and watched.
     let wanted = listed_calls(group);
@@ -103,5 +112,5 @@ async fn epp_calls_exactly_what_the_chart_grants() {
     );
     assert_eq!(seen, wanted, "epp's calls (left) != api-calls.yaml (right)");
     let unmapped: Vec<String> = api.requests().into_iter().filter(|r| as_rbac(r).is_none()).collect();
-    assert!(unmapped.is_empty(), "requests outside any namespaced resource: {unmapped:?}");
+    assert!(unmapped.is_empty(), "requests outside any resource: {unmapped:?}");
 }

@@ -11,9 +11,11 @@
 //! `.../{plural}/{name}`, `POST` on the collection) with resourceVersion conflicts answered 409, as
 //! leader election's Lease needs ([`writes`]). A collection can be marked uninstalled (its CRD absent:
 //! 404 on every call). [`objects`] builds pod, InferencePool, InferenceObjective,
-//! InferenceModelRewrite and Lease objects.
+//! InferenceModelRewrite and Lease objects. TokenReview and SubjectAccessReview are answered from the
+//! tokens and grants the test sets ([`reviews`]).
 
 pub mod objects;
+mod reviews;
 mod store;
 mod writes;
 
@@ -34,6 +36,7 @@ use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+pub use reviews::Reviews;
 pub use store::{Selectors, Store};
 pub use writes::WriteError;
 
@@ -72,6 +75,7 @@ pub struct FakeKubeApi {
     store: Arc<Mutex<Store>>,
     serving: Mutex<Option<Serving>>,
     requests: Arc<Mutex<Vec<String>>>,
+    reviews: Arc<Mutex<Reviews>>,
 }
 
 impl FakeKubeApi {
@@ -79,7 +83,13 @@ impl FakeKubeApi {
     pub async fn start() -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let api = Self { addr, store: Arc::default(), serving: Mutex::new(None), requests: Arc::default() };
+        let api = Self {
+            addr,
+            store: Arc::default(),
+            serving: Mutex::new(None),
+            requests: Arc::default(),
+            reviews: Arc::default(),
+        };
         *lock(&api.serving) = Some(api.serve(listener));
         Ok(api)
     }
@@ -104,6 +114,11 @@ impl FakeKubeApi {
     /// The store, to change objects or the log directly.
     pub fn store(&self) -> MutexGuard<'_, Store> {
         lock(&self.store)
+    }
+
+    /// The tokens and grants TokenReview and SubjectAccessReview answer from.
+    pub fn reviews(&self) -> MutexGuard<'_, Reviews> {
+        lock(&self.reviews)
     }
 
     /// Creates or replaces `object` in `resource` / `namespace`.
@@ -179,13 +194,18 @@ impl FakeKubeApi {
 
     fn serve(&self, listener: TcpListener) -> Serving {
         let connections: Arc<Mutex<JoinSet<()>>> = Arc::default();
-        let (store, requests, conns) = (self.store.clone(), self.requests.clone(), connections.clone());
+        let shared = Shared {
+            store: self.store.clone(),
+            requests: self.requests.clone(),
+            reviews: self.reviews.clone(),
+        };
+        let conns = connections.clone();
         let accept = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (store, requests) = (store.clone(), requests.clone());
+                let shared = shared.clone();
                 let service = hyper::service::service_fn(move |req| {
-                    let (store, requests) = (store.clone(), requests.clone());
-                    async move { Ok::<_, Infallible>(handle(&store, &requests, req).await) }
+                    let shared = shared.clone();
+                    async move { Ok::<_, Infallible>(handle(&shared, req).await) }
                 });
                 let io = hyper_util::rt::TokioIo::new(stream);
                 lock(&conns).spawn(async move {
@@ -226,14 +246,36 @@ fn collection(path: &str) -> Option<(String, String, String, Option<String>)> {
     }
 }
 
-async fn handle(
-    store: &Mutex<Store>,
-    requests: &Mutex<Vec<String>>,
-    req: Request<Incoming>,
-) -> Response<Body> {
+/// What every connection's handler shares.
+#[derive(Clone)]
+struct Shared {
+    store: Arc<Mutex<Store>>,
+    requests: Arc<Mutex<Vec<String>>>,
+    reviews: Arc<Mutex<Reviews>>,
+}
+
+const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
+    let store = &*shared.store;
     let uri = req.uri().clone();
     let method = req.method().clone();
-    lock(requests).push(format!("{method} {uri}"));
+    lock(&shared.requests).push(format!("{method} {uri}"));
+    if method == hyper::Method::POST && (uri.path() == TOKEN_REVIEWS || uri.path() == ACCESS_REVIEWS) {
+        let body =
+            req.into_body().collect().await.map(http_body_util::Collected::to_bytes).unwrap_or_default();
+        let Ok(review) = serde_json::from_slice::<Value>(&body) else {
+            return json_reply(StatusCode::BAD_REQUEST, &store::status(400, "BadRequest", "not a review"));
+        };
+        let reviews = lock(&shared.reviews);
+        let answer = if uri.path() == TOKEN_REVIEWS {
+            reviews.token_review(&review)
+        } else {
+            reviews.access_review(&review)
+        };
+        return json_reply(StatusCode::CREATED, &answer);
+    }
     let Some((resource, namespace, api_version, name)) = collection(uri.path()) else {
         return json_reply(StatusCode::NOT_FOUND, &store::status(404, "NotFound", "no such collection"));
     };

@@ -102,6 +102,8 @@ refresh-prometheus-metrics-interval: refreshPrometheusMetricsInterval
 metrics-staleness-threshold: metricsStalenessThreshold
 shutdown-grace-period: shutdownGracePeriod
 latency-model-dir: latencyModels (the chart mounts /models when the config has a predicted-latency-producer)
+metrics-endpoint-auth: metricsAuth.enabled
+tracing: tracing.enabled
 {{- end }}
 
 {{- define "epp.validate" -}}
@@ -136,6 +138,24 @@ discovery through flags.endpoints-file): epp then never calls the API for discov
 {{- end }}
 
 {{/*
+"true" when /metrics and the route probe need a reviewed bearer token (--metrics-endpoint-auth):
+inferenceExtension.monitoring.prometheus.auth.enabled, else metricsAuth.enabled, else epp's own rule (on
+when it calls the API).
+*/}}
+{{- define "epp.metricsAuth" -}}
+{{- $prom := (((include "epp.ie" . | fromYaml).monitoring | default dict).prometheus | default dict) }}
+{{- $set := .Values.metricsAuth.enabled }}
+{{- if hasKey ($prom.auth | default dict) "enabled" }}{{ $set = $prom.auth.enabled }}{{ end }}
+{{- if kindIs "bool" $set }}{{ if $set }}true{{ end }}{{ else }}{{ include "epp.callsApi" . }}{{ end }}
+{{- end }}
+
+{{/* The Secret whose `token` the ServiceMonitor sends: upstream's auth.secretName, else tokenSecretName. */}}
+{{- define "epp.metricsTokenSecret" -}}
+{{- $prom := (((include "epp.ie" . | fromYaml).monitoring | default dict).prometheus | default dict) }}
+{{- ($prom.auth | default dict).secretName | default .Values.serviceMonitor.tokenSecretName }}
+{{- end }}
+
+{{/*
 The RBAC rules epp needs, from api-calls.yaml (the one list of the API calls epp makes): pods and the
 InferencePool with discovery, leases with leader election.
 */}}
@@ -161,5 +181,5 @@ InferencePool with discovery, leases with leader election.
 {{/* serviceAccount.automountServiceAccountToken, else whether epp calls the API. */}}
 {{- define "epp.automountToken" -}}
 {{- $set := .Values.serviceAccount.automountServiceAccountToken }}
-{{- if kindIs "bool" $set }}{{ $set }}{{ else }}{{ include "epp.callsApi" . | eq "true" }}{{ end }}
+{{- if kindIs "bool" $set }}{{ $set }}{{ else }}{{ or (include "epp.callsApi" .) (include "epp.metricsAuth" .) | eq "true" }}{{ end }}
 {{- end }}
