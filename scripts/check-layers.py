@@ -22,7 +22,7 @@ from pathlib import Path
 
 # Bottom first. A module may import only modules on earlier lines.
 LAYERS = [
-    ["error", "wire"],
+    ["error", "wire", "tls"],
     ["request", "datastore"],
     ["metrics"],
     ["predictor", "kvcache"],

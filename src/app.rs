@@ -153,16 +153,18 @@ impl Server {
         tasks.extend(policy_watch.into_iter().flat_map(PolicyWatch::into_tasks));
         let (health_stop, health_stop_rx) = watch::channel(false);
         let health_server = tasks::spawn_health_server(listeners.health, health_service, health_stop_rx);
-        let probe = metrics_port::route_probe(&serving, &director);
-        let gate = Gate::build(&serving.access, &core.metrics)?;
+        let port = metrics_port::MetricsPort {
+            probe: metrics_port::route_probe(&serving, &director),
+            gate: Gate::build(&serving.access, &core.metrics)?,
+            tls: serving.metrics_tls.clone(),
+        };
         let metrics = core.metrics.clone();
         tasks.push(metrics_port::spawn_metrics_server(
             listeners.metrics,
             metrics,
-            probe,
-            gate,
+            port,
             shutdown_rx.clone(),
-        ));
+        )?);
         let grpc = serve::serve_ext_proc(listeners.grpc, &serving, director, &core.metrics, shutdown_rx)?;
         let (grpc_addr, health_addr, metrics_addr) = (addresses.grpc, addresses.health, addresses.metrics);
         tracing::info!(%grpc_addr, %health_addr, %metrics_addr, secure = serving.tls.is_some(), "epp serving");

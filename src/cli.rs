@@ -131,9 +131,30 @@ pub struct Cli {
     /// Serve ext_proc over TLS (a self-signed certificate unless --cert-path is given).
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
     pub secure_serving: bool,
-    /// Directory holding tls.crt and tls.key.
+    /// Directory holding tls.crt and tls.key (read again when they change: rotated certificates are
+    /// served to new connections without a restart).
     #[arg(long)]
     pub cert_path: Option<PathBuf>,
+    /// Mutual TLS on the ext_proc port: only clients (the gateway) with a certificate this PEM CA bundle
+    /// signed may open streams. Needs --secure-serving.
+    #[arg(long)]
+    pub grpc_client_ca_file: Option<PathBuf>,
+    /// Serve the metrics port over TLS with tls.crt and tls.key from this directory (llm-d's flag; read
+    /// again when they change). Needs metrics auth or --metrics-client-ca-file, as llm-d requires.
+    #[arg(long)]
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// Mutual TLS on the metrics port: only clients with a certificate this PEM CA bundle signed may connect
+    /// (llm-d's flag). Needs --metrics-cert-dir.
+    #[arg(long)]
+    pub metrics_client_ca_file: Option<PathBuf>,
+    /// Lowest TLS version every server accepts: VersionTLS12 (default) or VersionTLS13 (Go's names).
+    #[arg(long)]
+    pub tls_min_version: Option<String>,
+    /// TLS 1.2 cipher suites every server accepts, comma-separated, by Go's names (e.g.
+    /// TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256); default: all of rustls's (ECDHE with AES-GCM or ChaCha20).
+    /// TLS 1.3's suites are not configurable, as in Go.
+    #[arg(long, value_delimiter = ',')]
+    pub tls_cipher_suites: Vec<String>,
     /// Ignore the gateway's subset hint.
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub disable_endpoint_subset_filter: bool,

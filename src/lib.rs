@@ -29,4 +29,5 @@ pub mod predictor;
 pub mod request;
 pub mod scheduling;
 pub mod telemetry;
+pub mod tls;
 pub mod wire;

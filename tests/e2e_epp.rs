@@ -10,7 +10,8 @@
 //! header-only routing tests; `e2e_epp/body.rs` body forwarding, rewrites, errors and SSE streaming;
 //! `e2e_epp/lifecycle.rs` epp's request metrics after completed, abandoned and failed requests;
 //! `e2e_epp/standby.rs` a hot standby taking over from a killed or stopped primary; `e2e_epp/tracing.rs`
-//! OpenTelemetry spans at a real OTLP receiver and the trace handed upstream. Without Envoy
+//! OpenTelemetry spans at a real OTLP receiver and the trace handed upstream; `e2e_epp/tls.rs` mutual TLS
+//! and certificate rotation on the ext_proc port. Without Envoy
 //! the tests fail (`EPP_SKIP_MISSING_TOOLS=1` skips them, printing SKIP, outside CI).
 
 #[path = "e2e_epp/body.rs"]
@@ -21,6 +22,8 @@ mod lifecycle;
 mod routing;
 #[path = "e2e_epp/standby.rs"]
 mod standby;
+#[path = "e2e_epp/tls.rs"]
+mod tls;
 #[path = "e2e_epp/tracing.rs"]
 mod tracing;
 

@@ -11,12 +11,26 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use anyhow::Context;
+use tokio_rustls::rustls::ServerConfig;
+
 use crate::access::Gate;
 use crate::director::{Director, ProbeRequest, RouteProbe};
 use crate::error::RequestError;
 use crate::metrics::MetricsRegistry;
+use crate::tls::TlsIncoming;
 
 use super::settings::Serving;
+
+/// What the metrics port serves besides `/metrics`, and how.
+pub(super) struct MetricsPort {
+    /// `--enable-route-probe`.
+    pub probe: Option<ProbeRoute>,
+    /// Who may read it (`None`: anyone).
+    pub gate: Option<Arc<Gate>>,
+    /// `--metrics-cert-dir`: TLS.
+    pub tls: Option<Arc<ServerConfig>>,
+}
 
 /// The route probe as the metrics server serves it (`--enable-route-probe`), with the largest body it
 /// reads (the ext_proc path's `--max-request-body-bytes`).
@@ -38,10 +52,9 @@ pub(super) fn route_probe(serving: &Serving, director: &Director) -> Option<Prob
 pub(super) fn spawn_metrics_server(
     listener: TcpListener,
     metrics: Arc<MetricsRegistry>,
-    probe: Option<ProbeRoute>,
-    gate: Option<Arc<Gate>>,
+    MetricsPort { probe, gate, tls }: MetricsPort,
     mut stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
+) -> anyhow::Result<JoinHandle<()>> {
     use axum::{http::header, routing::get, Router};
     let mut app = Router::new().route(
         "/metrics",
@@ -66,16 +79,25 @@ pub(super) fn spawn_metrics_server(
         // Every route: a path with no route is a 404 either way, and the check comes first.
         app = app.layer(axum::middleware::from_fn_with_state(gate, check_access));
     }
-    tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "metrics server failed");
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let served = match tls {
+        Some(config) => {
+            let incoming = TlsIncoming::new(listener, config).context("--metrics-cert-dir")?;
+            tokio::spawn(async move { axum::serve(incoming, app).with_graceful_shutdown(shutdown).await })
         }
-    })
+        None => {
+            tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await })
+        }
+    };
+    Ok(tokio::spawn(async move {
+        match served.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "metrics server failed"),
+            Err(e) => tracing::error!(error = %e, "metrics server failed"),
+        }
+    }))
 }
 
 const PROBE_PATH: &str = "/debug/route";

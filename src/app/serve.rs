@@ -14,6 +14,7 @@ use tonic::transport::server::TcpIncoming;
 use crate::director::Director;
 use crate::extproc::{ExtProcService, OverheadMetrics};
 use crate::metrics::MetricsRegistry;
+use crate::tls::TlsIncoming;
 
 use super::settings::Serving;
 
@@ -59,15 +60,22 @@ pub(super) fn serve_ext_proc(
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .max_concurrent_streams(Some(100_000));
-    if let Some(tls) = &serving.tls {
-        builder = builder.tls_config(tls.clone()).context("--secure-serving")?;
-    }
-    Ok(tokio::spawn(builder.add_service(service).serve_with_incoming_shutdown(
+    let router = builder.add_service(service);
+    let shutdown = async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+    };
+    Ok(match &serving.tls {
+        // rustls directly (crate::tls) rather than tonic's TLS: the version and suite policy, client
+        // certificates, and certificates reloaded when they rotate.
+        Some(config) => {
+            let incoming = TlsIncoming::new(listener, config.clone()).context("--secure-serving")?;
+            tokio::spawn(router.serve_with_incoming_shutdown(incoming, shutdown))
+        }
         // serve_with_incoming ignores the builder's tcp_nodelay; without it Nagle holds epp's first
         // answer on each new Envoy connection until Envoy's delayed ACK (~40ms).
-        TcpIncoming::from(listener).with_nodelay(Some(true)),
-        async move {
-            let _ = stop.wait_for(|stop| *stop).await;
-        },
-    )))
+        None => tokio::spawn(
+            router
+                .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), shutdown),
+        ),
+    })
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tonic::transport::ServerTlsConfig;
+use tokio_rustls::rustls::ServerConfig;
 
 use crate::access::AccessConfig;
 use crate::cli::Cli;
@@ -17,10 +17,11 @@ use crate::config::{self, LoadedConfig};
 use crate::datastore::{Endpoint, SubsetMatch};
 use crate::director::DirectorOptions;
 use crate::discovery::{DiscoveryConfig, LeaderConfig, MetricsTarget};
-use crate::extproc::{tls, StreamLimits};
+use crate::extproc::StreamLimits;
 use crate::health::HealthSettings;
 use crate::request::{Policies, PolicyStore, TokenEstimator, WeightedRewrite};
 use crate::telemetry;
+use crate::tls::{ServerTls, TlsPolicy};
 
 /// Everything `app` builds from, resolved and cross-checked.
 pub(super) struct Settings {
@@ -65,8 +66,11 @@ pub(super) struct Serving {
     pub grpc: SocketAddr,
     pub health: SocketAddr,
     pub metrics: SocketAddr,
-    /// `--secure-serving`: the ext_proc port's TLS (from `--cert-path`, or self-signed).
-    pub tls: Option<ServerTlsConfig>,
+    /// `--secure-serving`: the ext_proc port's TLS (from `--cert-path`, or self-signed; with
+    /// `--grpc-client-ca-file`, mutual).
+    pub tls: Option<Arc<ServerConfig>>,
+    /// `--metrics-cert-dir`: the metrics port's TLS (with `--metrics-client-ca-file`, mutual).
+    pub metrics_tls: Option<Arc<ServerConfig>>,
     pub limits: StreamLimits,
     /// `--enable-route-probe`: `POST /debug/route` on the metrics port.
     pub route_probe: bool,
@@ -135,10 +139,29 @@ impl Serving {
     /// endpoints are reviewed by it unless `--metrics-endpoint-auth=false`.
     fn resolve(cli: &Cli, kubernetes: bool) -> anyhow::Result<Self> {
         let bind = |port: u16| SocketAddr::new(cli.bind_address, port);
+        let policy = TlsPolicy::parse(cli.tls_min_version.as_deref(), &cli.tls_cipher_suites)?;
+        if cli.grpc_client_ca_file.is_some() && !cli.secure_serving {
+            anyhow::bail!("--grpc-client-ca-file needs --secure-serving (mutual TLS is TLS)");
+        }
         let tls = match cli.secure_serving {
-            true => Some(tls::server_tls(cli.cert_path.as_deref()).context("--secure-serving")?),
+            true => Some(
+                ServerTls {
+                    cert_dir: cli.cert_path.clone(),
+                    client_ca: cli.grpc_client_ca_file.clone(),
+                    policy: policy.clone(),
+                    alpn: vec![b"h2".to_vec()],
+                }
+                .server_config()
+                .context("--secure-serving")?,
+            ),
             false => None,
         };
+        let access = AccessConfig {
+            kubernetes: cli.metrics_endpoint_auth.unwrap_or(kubernetes).then(|| cli.client_source()),
+            token_file: cli.metrics_token_file.clone(),
+            ..AccessConfig::default()
+        };
+        let metrics_tls = metrics_tls(cli, &access, policy)?;
         Ok(Self {
             grpc: bind(cli.grpc_port),
             health: bind(cli.grpc_health_port),
@@ -149,11 +172,8 @@ impl Serving {
                 max_buffered_request_bytes: cli.max_buffered_request_bytes,
             },
             route_probe: cli.enable_route_probe,
-            access: AccessConfig {
-                kubernetes: cli.metrics_endpoint_auth.unwrap_or(kubernetes).then(|| cli.client_source()),
-                token_file: cli.metrics_token_file.clone(),
-                ..AccessConfig::default()
-            },
+            access,
+            metrics_tls,
             grace: cli.shutdown_grace_period,
             delay: cli.shutdown_delay,
         })
@@ -237,6 +257,36 @@ fn config_policies(loaded: &LoadedConfig) -> Policies {
         (r.match_model.clone(), WeightedRewrite { name: r.name.clone(), targets })
     });
     Policies { objectives: loaded.objectives.clone(), rewrites: rewrites.collect(), fallback: None }
+}
+
+/// `--metrics-cert-dir` (and `--metrics-client-ca-file`): the metrics port's TLS. As llm-d refuses it,
+/// TLS without anything checking who connects is refused: it would encrypt an open door.
+fn metrics_tls(
+    cli: &Cli,
+    access: &AccessConfig,
+    policy: TlsPolicy,
+) -> anyhow::Result<Option<Arc<ServerConfig>>> {
+    let Some(dir) = &cli.metrics_cert_dir else {
+        if cli.metrics_client_ca_file.is_some() {
+            anyhow::bail!("--metrics-client-ca-file needs --metrics-cert-dir (mutual TLS is TLS)");
+        }
+        return Ok(None);
+    };
+    let checked =
+        access.kubernetes.is_some() || access.token_file.is_some() || cli.metrics_client_ca_file.is_some();
+    if !checked {
+        anyhow::bail!(
+            "--metrics-cert-dir enables metrics TLS without authentication; set --metrics-client-ca-file, \
+             --metrics-endpoint-auth or --metrics-token-file"
+        );
+    }
+    let tls = ServerTls {
+        cert_dir: Some(dir.clone()),
+        client_ca: cli.metrics_client_ca_file.clone(),
+        policy,
+        alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+    };
+    Ok(Some(tls.server_config().context("--metrics-cert-dir")?))
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@ pub(crate) mod metrics;
 mod protocol;
 pub mod responses;
 pub mod stream;
-pub mod tls;
 
 use std::pin::Pin;
 use std::sync::Arc;

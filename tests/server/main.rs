@@ -12,5 +12,6 @@ mod extproc_response;
 mod flow_control;
 mod metrics_bounds;
 mod metrics_exposition;
+mod metrics_port_tls;
 mod route_probe;
 mod server_ops;

@@ -15,5 +15,4 @@ pub mod nixl;
 pub mod pool;
 pub mod prefiller;
 pub mod proxy;
-pub mod tls;
 pub mod usage;

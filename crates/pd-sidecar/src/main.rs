@@ -3,9 +3,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use epp::tls::{ServerTls, TlsIncoming};
 use epp_pd_sidecar::cli::{watch_endpoints_file, Cli};
 use epp_pd_sidecar::proxy::Sidecar;
-use epp_pd_sidecar::tls::{server_config, TlsListener};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -52,8 +52,14 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     if cli.secure_proxy {
-        let tls = TlsListener::new(listener, server_config(cli.cert_path.as_deref())?);
-        axum::serve(tls, app).with_graceful_shutdown(shutdown).await?;
+        // tls.crt/tls.key from --cert-path (reloaded when they rotate), or self-signed, as llm-d's sidecar.
+        let tls = ServerTls {
+            cert_dir: cli.cert_path.clone(),
+            alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            ..ServerTls::default()
+        };
+        let config = tls.server_config().map_err(|e| format!("--cert-path: {e}"))?;
+        axum::serve(TlsIncoming::new(listener, config)?, app).with_graceful_shutdown(shutdown).await?;
     } else {
         axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
     }

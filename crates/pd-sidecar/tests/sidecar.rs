@@ -298,7 +298,9 @@ async fn the_secure_listener_serves_tls_with_a_self_signed_certificate() {
     let settings = settings(decode, AllowList::members([]));
     let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = tcp.local_addr().unwrap();
-    let tls = epp_pd_sidecar::tls::TlsListener::new(tcp, epp_pd_sidecar::tls::server_config(None).unwrap());
+    let alpn = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let config = epp::tls::ServerTls { alpn, ..Default::default() }.server_config().unwrap();
+    let tls = epp::tls::TlsIncoming::new(tcp, config).unwrap();
     let app = Sidecar::new(settings).unwrap().router();
     tokio::spawn(async move { axum::serve(tls, app).await });
     let client = reqwest::Client::builder().no_proxy().danger_accept_invalid_certs(true).build().unwrap();
