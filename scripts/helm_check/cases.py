@@ -86,6 +86,11 @@ CASES = {
     # and upstream's switch turning it off in InferencePool mode.
     "metrics auth static": {"endpoints": ["10.0.0.1:8000"], "metricsAuth": {"enabled": True, "readerClusterRole": False},
                             "serviceMonitor": {"enabled": True, "tokenSecretName": "prom-token"}},
+    # Mutual TLS on ext_proc and TLS on the metrics port (the start-up check puts self-signed files where
+    # the Secrets would be mounted).
+    "mutual TLS and metrics TLS": {"tls": {"secretName": "epp-tls", "clientCaSecretName": "gateway-ca"},
+                                   "metricsTls": {"secretName": "epp-metrics-tls"},
+                                   "serviceMonitor": {"enabled": True}},
     "metrics auth upstream off": {"inferenceExtension": {"monitoring": {"prometheus": {
         "enabled": True, "auth": {"enabled": False}}}}},
     # Tracing: the native switch, and upstream's block (its keys win) with a user env entry that wins.
@@ -110,6 +115,10 @@ REFUSED = {
     "bad duration": ({"shutdownGracePeriod": "soon"}, "shutdownGracePeriod"),
     "replicas without leader election": ({"replicas": 2}, "replicas=2 needs leaderElection.enabled"),
     "unknown upstream key": ({"inferenceExtension": {"replica": 2}}, "additional properties 'replica'"),
+    "metrics TLS without auth": ({"endpoints": ["10.0.0.1:8000"], "metricsTls": {"secretName": "m"}},
+                                 "metricsTls.secretName without metrics auth"),
+    "client CA without TLS": ({"secureServing": False, "tls": {"clientCaSecretName": "ca"}},
+                              "tls.clientCaSecretName is set but secureServing is false"),
     "metrics auth flag": ({"flags": {"metrics-endpoint-auth": False}}, "use metricsAuth.enabled instead"),
     "unknown sampler": ({"tracing": {"enabled": True, "sampling": {"sampler": "jaeger_remote"}}}, "sampler"),
     "latency predictor without its plugin": (

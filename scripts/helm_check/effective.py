@@ -83,6 +83,7 @@ class Effective:
         self.metrics_auth = setting if isinstance(setting, bool) else self.calls_api
         self.metrics_token_secret = auth.get("secretName") or merged["serviceMonitor"]["tokenSecretName"]
         self.metrics_reader = self.metrics_auth and merged["metricsAuth"]["readerClusterRole"]
+        self.metrics_tls = bool(merged["metricsTls"]["secretName"])
         token = merged["serviceAccount"]["automountServiceAccountToken"]
         self.automount = token if isinstance(token, bool) else (self.calls_api or self.metrics_auth)
         features = ([] if self.static else ["discovery", "inferencePool"]) + \

@@ -33,13 +33,14 @@ def start_epp(epp_bin, name, args, config_text, plain_env, workdir):
         elif flag == "--latency-model-dir":
             (case_dir / "models").mkdir()
             value = str(case_dir / "models")
-        elif flag == "--cert-path":
-            tls_dir = case_dir / "tls"
+        elif flag in ("--cert-path", "--metrics-cert-dir", "--grpc-client-ca-file"):
+            # The mounted Secret: a self-signed pair (its certificate doubles as the client CA).
+            tls_dir = case_dir / flag.lstrip("-")
             tls_dir.mkdir()
             subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                             "-subj", "/CN=epp", "-keyout", str(tls_dir / "tls.key"),
                             "-out", str(tls_dir / "tls.crt")], check=True, capture_output=True)
-            value = str(tls_dir)
+            value = str(tls_dir / "tls.crt") if flag == "--grpc-client-ca-file" else str(tls_dir)
         argv.append(f"{flag}={value}")
     # The host's own LATENCY_* variables would change what epp is started with: only the pod's count.
     env = {k: v for k, v in os.environ.items() if not k.startswith("LATENCY_")}

@@ -87,6 +87,10 @@ def check_args(container, merged, eff):
         want["--endpoints"] = ",".join(merged["endpoints"])
     if merged["tls"]["secretName"]:
         want["--cert-path"] = "/etc/epp/tls"
+    if merged["tls"]["clientCaSecretName"]:
+        want["--grpc-client-ca-file"] = "/etc/epp/client-ca/ca.crt"
+    if merged["metricsTls"]["secretName"]:
+        want["--metrics-cert-dir"] = "/etc/epp/metrics-tls"
     if eff.leader_election:
         want["--ha-enable-leader-election"] = "true"
     if eff.predictor:
@@ -99,6 +103,8 @@ def check_args(container, merged, eff):
         expect(args.get(flag) == value, f"{flag}: {args.get(flag)!r}, want {value!r}")
     expect(("--endpoints" in args) == bool(merged["endpoints"]), "--endpoints without endpoints")
     expect(("--cert-path" in args) == bool(merged["tls"]["secretName"]), "--cert-path without a Secret")
+    expect(("--grpc-client-ca-file" in args) == bool(merged["tls"]["clientCaSecretName"]), "--grpc-client-ca-file")
+    expect(("--metrics-cert-dir" in args) == bool(merged["metricsTls"]["secretName"]), "--metrics-cert-dir")
     return args
 
 
@@ -131,6 +137,12 @@ def check_config_and_volumes(container, pod, deploy, cm, merged, eff):
         expect(volumes["tls"]["secret"]["secretName"] == merged["tls"]["secretName"], "tls Secret")
     else:
         expect("tls" not in volumes, "tls volume without a Secret")
+    for volume, secret, path in (("client-ca", merged["tls"]["clientCaSecretName"], "/etc/epp/client-ca"),
+                                 ("metrics-tls", merged["metricsTls"]["secretName"], "/etc/epp/metrics-tls")):
+        expect((volume in volumes) == bool(secret), f"{volume} volume")
+        if secret:
+            expect(volumes[volume]["secret"]["secretName"] == secret, f"{volume} Secret")
+            expect(mounts[volume]["mountPath"] == path and mounts[volume]["readOnly"], f"{volume} mount")
     return text
 
 
@@ -207,6 +219,8 @@ def check_metrics_auth(by_kind, pod, args, eff):
             want = (None, "/var/run/secrets/kubernetes.io/serviceaccount/token")
         got = (endpoint.get("authorization"), endpoint.get("bearerTokenFile"))
         expect(got == want, f"ServiceMonitor credentials {got}, want {want}")
+        scheme = "https" if eff.metrics_tls else "http"
+        expect(endpoint["scheme"] == scheme, f"ServiceMonitor scheme {endpoint['scheme']}, want {scheme}")
 
 
 def check_security(container, pod, by_kind, eff):

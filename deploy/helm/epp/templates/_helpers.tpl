@@ -50,6 +50,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Where the ConfigMap and the TLS Secret are mounted. */}}
 {{- define "epp.configDir" -}}/config{{- end }}
 {{- define "epp.certDir" -}}/etc/epp/tls{{- end }}
+{{- define "epp.clientCaDir" -}}/etc/epp/client-ca{{- end }}
+{{- define "epp.metricsCertDir" -}}/etc/epp/metrics-tls{{- end }}
 
 {{/*
 The EndpointPickerConfig text: inferenceExtension.pluginsCustomConfig, config.text, else the chart's copy
@@ -96,6 +98,8 @@ ha-enable-leader-election: leaderElection.enabled (or inferenceExtension.replica
 endpoints: endpoints
 secure-serving: secureServing
 cert-path: tls.secretName
+grpc-client-ca-file: tls.clientCaSecretName
+metrics-cert-dir: metricsTls.secretName
 log-level: logLevel
 refresh-metrics-interval: refreshMetricsInterval
 refresh-prometheus-metrics-interval: refreshPrometheusMetricsInterval
@@ -107,6 +111,12 @@ tracing: tracing.enabled
 {{- end }}
 
 {{- define "epp.validate" -}}
+{{- if and .Values.tls.clientCaSecretName (not .Values.secureServing) }}
+{{- fail "tls.clientCaSecretName is set but secureServing is false: mutual TLS is TLS (set secureServing: true)" }}
+{{- end }}
+{{- if and .Values.metricsTls.secretName (not (include "epp.metricsAuth" .)) }}
+{{- fail "metricsTls.secretName without metrics auth: epp refuses TLS with nothing checking who scrapes (set metricsAuth.enabled: true)" }}
+{{- end }}
 {{- if and .Values.tls.secretName (not .Values.secureServing) }}
 {{- fail "tls.secretName is set but secureServing is false: epp would ignore the certificate (set secureServing: true, or drop tls.secretName)" }}
 {{- end }}
