@@ -18,6 +18,7 @@ pub mod dist;
 pub mod lab_workload;
 pub mod objective;
 pub mod progress;
+pub mod replay;
 pub mod report;
 pub mod runner;
 pub mod sse;

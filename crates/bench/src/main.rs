@@ -146,6 +146,18 @@ struct RunArgs {
     /// Exit with status 2 when more than this fraction of requests failed (or none succeeded).
     #[arg(long)]
     max_error_rate: Option<f64>,
+    /// Send exactly the requests the lab simulates for this scenario (or lab workload) file, at its arrival
+    /// times (crates/bench/src/replay.rs). --seed and --duration (simulated) change its workload; the
+    /// other workload flags do not apply, except --url and --timeout.
+    #[arg(long, conflicts_with_all = ["workload", "lab_workload"])]
+    lab_replay: Option<PathBuf>,
+    /// With --lab-replay: multiply every arrival rate, as `epp-bench lab --rate-scale`.
+    #[arg(long, requires = "lab_replay")]
+    rate_scale: Option<f64>,
+    /// With --lab-replay: release arrivals this many times sooner (epp-sim's --time-scale); SLOs are
+    /// scaled alike, latencies are reported as measured (real time).
+    #[arg(long, requires = "lab_replay")]
+    time_scale: Option<f64>,
 }
 
 #[derive(Args, Debug)]
@@ -268,12 +280,21 @@ fn too_many_errors(max_rate: Option<f64>, requests: u64, ok: u64) -> bool {
     max_rate.is_some_and(|max| ok == 0 || (requests - ok) as f64 > max * requests as f64)
 }
 
-async fn run(args: RunArgs) -> Result<ExitCode, BenchError> {
-    let workload = args.workload.resolve()?;
-    let progress = !args.quiet && std::io::stderr().is_terminal();
-    let options = epp_bench::RunOptions { progress, preflight: !args.no_preflight };
-    let result = epp_bench::run(&workload, &options).await?;
-    let report = Report::new(&workload, &result, args.samples);
+async fn run(mut args: RunArgs) -> Result<ExitCode, BenchError> {
+    let (workload, result, replayed) = match args.lab_replay.take() {
+        Some(path) => replay(&path, &args).await?,
+        None => {
+            let workload = std::mem::take(&mut args.workload).resolve()?;
+            let progress = !args.quiet && std::io::stderr().is_terminal();
+            let options = epp_bench::RunOptions { progress, preflight: !args.no_preflight };
+            let result = epp_bench::run(&workload, &options).await?;
+            (workload, result, None)
+        }
+    };
+    let mut report = Report::new(&workload, &result, args.samples);
+    if let Some(load) = replayed {
+        report.load = load;
+    }
     print!("{}", report.to_table());
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();
@@ -292,6 +313,48 @@ async fn run(args: RunArgs) -> Result<ExitCode, BenchError> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `run --lab-replay`: the lab's plan for the file, sent to --url. Returns the workload the report reads
+/// (its target, model and SLOs, scaled by the time scale) and the description of the load.
+async fn replay(
+    path: &Path,
+    args: &RunArgs,
+) -> Result<(Workload, epp_bench::RunResult, Option<String>), BenchError> {
+    use epp_bench::replay::{self, ReplayOptions};
+    let w = &args.workload;
+    let time_scale = args.time_scale.unwrap_or(1.0);
+    let options = ReplayOptions {
+        seed: w.seed,
+        duration_s: w.duration.map(|d| d.as_secs_f64()),
+        rate_scale: args.rate_scale,
+        time_scale: Some(time_scale),
+    };
+    let plan = replay::load(path, options)?;
+    let mut workload = Workload {
+        url: w.url.clone(),
+        model: plan.workload.model.clone(),
+        seed: plan.workload.seed,
+        ..Workload::default()
+    };
+    if let Some(timeout) = w.timeout {
+        workload.timeout = timeout;
+    }
+    if let Some(slo) = plan.workload.slo {
+        (workload.slo_ttft_ms, workload.slo_tpot_ms) =
+            (slo.ttft_ms.map(|v| v / time_scale), slo.tpot_ms.map(|v| v / time_scale));
+    }
+    workload.validate()?;
+    let target = epp_bench::runner::target_of(&workload, epp_bench::runner::build_client()?)?;
+    let load = format!(
+        "lab replay of {} (seed {}, {} s simulated, {} requests, time scale {time_scale})",
+        path.display(),
+        plan.workload.seed,
+        plan.workload.duration.0,
+        plan.requests.len()
+    );
+    let result = replay::run(&target, plan).await;
+    Ok((workload, result, Some(load)))
 }
 
 async fn compare(args: CompareArgs) -> Result<ExitCode, BenchError> {
