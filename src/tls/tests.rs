@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use epp_testkit::certs::{Issued, TestCa};
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -12,41 +12,15 @@ use tokio_rustls::TlsConnector;
 
 use super::*;
 
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
+fn roots(ca: &TestCa) -> RootCertStore {
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.cert_der().into()).expect("root");
+    roots
 }
 
-impl Ca {
-    fn new() -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        // A subject of its own: rcgen's default would equal the leaves', which OpenSSL (Envoy) then takes
-        // for self-signed.
-        params.distinguished_name.push(rcgen::DnType::CommonName, "epp test CA");
-        let key = KeyPair::generate().expect("key");
-        let cert = params.self_signed(&key).expect("CA");
-        Self { cert, key }
-    }
-
-    /// A leaf for `localhost` signed by this CA: (certificate PEM, key PEM, certificate DER).
-    fn leaf(&self) -> (String, String, Vec<u8>) {
-        let params = CertificateParams::new(vec!["localhost".to_string()]).expect("params");
-        let key = KeyPair::generate().expect("key");
-        let cert = params.signed_by(&key, &self.cert, &self.key).expect("leaf");
-        (cert.pem(), key.serialize_pem(), cert.der().to_vec())
-    }
-
-    fn roots(&self) -> RootCertStore {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.cert.der().clone()).expect("root");
-        roots
-    }
-}
-
-fn write_pair(dir: &Path, (cert, key, _): &(String, String, Vec<u8>)) {
-    std::fs::write(dir.join("tls.crt"), cert).expect("write cert");
-    std::fs::write(dir.join("tls.key"), key).expect("write key");
+fn write_pair(dir: &Path, issued: &Issued) {
+    std::fs::write(dir.join("tls.crt"), &issued.cert_pem).expect("write cert");
+    std::fs::write(dir.join("tls.key"), &issued.key_pem).expect("write key");
 }
 
 /// Serves `tls` on loopback, echoing one line per connection; returns the address.
@@ -92,25 +66,25 @@ fn client(roots: RootCertStore) -> ClientConfig {
 
 #[tokio::test]
 async fn a_rotated_certificate_is_served_to_the_next_connection() {
-    let ca = Ca::new();
+    let ca = TestCa::new();
     let dir = tempfile::tempdir().expect("dir");
-    let (first, second) = (ca.leaf(), ca.leaf());
+    let (first, second) = (ca.issue(), ca.issue());
     write_pair(dir.path(), &first);
     let tls = ServerTls { cert_dir: Some(dir.path().to_path_buf()), ..Default::default() };
     let addr = serve(&tls).await;
-    assert_eq!(connect(addr, client(ca.roots())).await, Ok(first.2.clone()));
+    assert_eq!(connect(addr, client(roots(&ca))).await, Ok(first.der.clone()));
     write_pair(dir.path(), &second);
-    assert_eq!(connect(addr, client(ca.roots())).await, Ok(second.2.clone()), "the new pair");
+    assert_eq!(connect(addr, client(roots(&ca))).await, Ok(second.der.clone()), "the new pair");
     // A broken pair (half-written) keeps the last good one in service.
     std::fs::write(dir.path().join("tls.key"), "not a key").expect("write");
-    assert_eq!(connect(addr, client(ca.roots())).await, Ok(second.2), "the last good pair");
+    assert_eq!(connect(addr, client(roots(&ca))).await, Ok(second.der), "the last good pair");
 }
 
 #[tokio::test]
 async fn the_minimum_version_is_enforced() {
-    let ca = Ca::new();
+    let ca = TestCa::new();
     let dir = tempfile::tempdir().expect("dir");
-    write_pair(dir.path(), &ca.leaf());
+    write_pair(dir.path(), &ca.issue());
     let policy = TlsPolicy::parse(Some("VersionTLS13"), &[]).expect("policy");
     let addr =
         serve(&ServerTls { cert_dir: Some(dir.path().to_path_buf()), policy, ..Default::default() }).await;
@@ -118,37 +92,37 @@ async fn the_minimum_version_is_enforced() {
         ClientConfig::builder_with_provider(Arc::new(tokio_rustls::rustls::crypto::ring::default_provider()))
             .with_protocol_versions(&[&tokio_rustls::rustls::version::TLS12])
             .expect("versions")
-            .with_root_certificates(ca.roots())
+            .with_root_certificates(roots(&ca))
             .with_no_client_auth();
     assert!(connect(addr, tls12_only).await.is_err(), "a TLS 1.2 client is refused");
-    assert!(connect(addr, client(ca.roots())).await.is_ok(), "TLS 1.3 is served");
+    assert!(connect(addr, client(roots(&ca))).await.is_ok(), "TLS 1.3 is served");
 }
 
 #[tokio::test]
 async fn with_a_client_ca_only_its_clients_connect() {
-    let (server_ca, client_ca, stranger_ca) = (Ca::new(), Ca::new(), Ca::new());
+    let (server_ca, client_ca, stranger_ca) = (TestCa::new(), TestCa::new(), TestCa::new());
     let dir = tempfile::tempdir().expect("dir");
-    write_pair(dir.path(), &server_ca.leaf());
+    write_pair(dir.path(), &server_ca.issue());
     let ca_file = dir.path().join("client-ca.crt");
-    std::fs::write(&ca_file, client_ca.cert.pem()).expect("write");
+    std::fs::write(&ca_file, client_ca.cert_pem()).expect("write");
     let tls = ServerTls {
         cert_dir: Some(dir.path().to_path_buf()),
         client_ca: Some(ca_file),
         ..Default::default()
     };
     let addr = serve(&tls).await;
-    let with_cert = |ca: &Ca| {
-        let (cert, key, _) = ca.leaf();
-        let certs = vec![CertificateDer::from_pem_slice(cert.as_bytes()).expect("cert")];
-        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("key");
+    let with_cert = |ca: &TestCa| {
+        let issued = ca.issue();
+        let certs = vec![CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).expect("cert")];
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).expect("key");
         ClientConfig::builder_with_provider(Arc::new(tokio_rustls::rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .expect("versions")
-            .with_root_certificates(server_ca.roots())
+            .with_root_certificates(roots(&server_ca))
             .with_client_auth_cert(certs, key)
             .expect("client cert")
     };
-    assert!(connect(addr, client(server_ca.roots())).await.is_err(), "no client certificate");
+    assert!(connect(addr, client(roots(&server_ca))).await.is_err(), "no client certificate");
     assert!(connect(addr, with_cert(&stranger_ca)).await.is_err(), "a certificate of another CA");
     assert!(connect(addr, with_cert(&client_ca)).await.is_ok(), "the gateway's certificate");
 }

@@ -3,61 +3,23 @@
 //! without a client certificate cannot open a stream; and a certificate rotated on disk under load is
 //! served to the next connection with no request failing.
 
-use std::path::Path;
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use serde_json::json;
 
 use crate::*;
+use epp_testkit::certs::TestCa;
 use epp_testkit::*;
-
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    fn new() -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        // A subject of its own: rcgen's default would equal the leaves', which OpenSSL (Envoy) then takes
-        // for self-signed.
-        params.distinguished_name.push(rcgen::DnType::CommonName, "epp test CA");
-        let key = KeyPair::generate().expect("key");
-        let cert = params.self_signed(&key).expect("CA");
-        Self { cert, key }
-    }
-
-    /// A `localhost` pair signed by this CA, written as `dir/tls.crt` and `dir/tls.key`; returns its DER.
-    fn issue(&self, dir: &Path) -> Vec<u8> {
-        std::fs::create_dir_all(dir).expect("cert dir");
-        let params = CertificateParams::new(vec!["localhost".to_string()]).expect("params");
-        let key = KeyPair::generate().expect("key");
-        let cert = params.signed_by(&key, &self.cert, &self.key).expect("leaf");
-        // Written aside and renamed into place, as a mounted Secret's update swaps the files at once.
-        for (name, text) in [("tls.key", key.serialize_pem()), ("tls.crt", cert.pem())] {
-            let staged = dir.join(format!(".{name}.new"));
-            std::fs::write(&staged, text).expect("write");
-            std::fs::rename(&staged, dir.join(name)).expect("rename");
-        }
-        cert.der().to_vec()
-    }
-
-    fn write_ca(&self, path: &Path) {
-        std::fs::write(path, self.cert.pem()).expect("write CA");
-    }
-}
 
 fn chat() -> serde_json::Value {
     json!({"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2})
 }
 
 /// The certificate epp's ext_proc port presents to a new connection now.
-async fn served_certificate(port: u16, ca: &Ca) -> Vec<u8> {
+async fn served_certificate(port: u16, ca: &TestCa) -> Vec<u8> {
     use tokio_rustls::rustls::{ClientConfig, RootCertStore};
     let mut roots = RootCertStore::empty();
-    roots.add(ca.cert.der().clone()).expect("root");
+    roots.add(ca.cert_der().into()).expect("root");
     let config =
         ClientConfig::builder_with_provider(Arc::new(tokio_rustls::rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
@@ -77,12 +39,12 @@ async fn with_a_client_ca_only_the_gateways_certificate_opens_streams() {
         return;
     }
     let dir = tempfile::tempdir().expect("dir");
-    let ca = Ca::new();
+    let ca = TestCa::new();
     let (server_dir, client_dir, ca_file) =
         (dir.path().join("epp"), dir.path().join("gateway"), dir.path().join("ca.crt"));
-    ca.issue(&server_dir);
-    ca.issue(&client_dir);
-    ca.write_ca(&ca_file);
+    ca.issue_into(&server_dir);
+    ca.issue_into(&client_dir);
+    std::fs::write(&ca_file, ca.cert_pem()).expect("write the CA");
     let backends = start_test_backends(1, &[]);
     let (cert_path, client_ca) = (server_dir.display().to_string(), ca_file.display().to_string());
     let args = ["--cert-path", &cert_path, "--grpc-client-ca-file", &client_ca];
@@ -108,8 +70,8 @@ async fn with_a_client_ca_only_the_gateways_certificate_opens_streams() {
 async fn a_certificate_rotated_under_load_serves_new_connections_and_fails_nothing() {
     let test_name = "a_certificate_rotated_under_load_serves_new_connections_and_fails_nothing";
     let dir = tempfile::tempdir().expect("dir");
-    let ca = Ca::new();
-    let first = ca.issue(dir.path());
+    let ca = TestCa::new();
+    let first = ca.issue_into(dir.path());
     let cert_path = dir.path().display().to_string();
     let Some(stack) = start_stack(test_name, FULL_DUPLEX, 1, &[], &["--cert-path", &cert_path]) else {
         return;
@@ -133,7 +95,7 @@ async fn a_certificate_rotated_under_load_serves_new_connections_and_fails_nothi
         })
         .collect();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let second = ca.issue(dir.path());
+    let second = ca.issue_into(dir.path());
     assert_eq!(
         served_certificate(stack.epp.grpc_port, &ca).await,
         second,

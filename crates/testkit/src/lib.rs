@@ -14,8 +14,10 @@
 //! /metrics, waiting for scrapes), [`stack`] (backends + epp + Envoy in one call), [`held_backend`] (model
 //! servers that hold requests until the test releases them), [`kube_api`] (a fake Kubernetes API server
 //! speaking list/watch, for discovery tests), [`prometheus`] (a real Prometheus scraping the
-//! stack, queried with PromQL), [`otlp`] (an OTLP trace receiver, gRPC and HTTP).
+//! stack, queried with PromQL), [`otlp`] (an OTLP trace receiver, gRPC and HTTP), [`certs`] (a
+//! throwaway CA for TLS tests).
 
+pub mod certs;
 pub mod envoy;
 pub mod epp_metrics;
 pub mod held_backend;
