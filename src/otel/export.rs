@@ -44,8 +44,9 @@ fn resource(settings: &TracingSettings) -> Resource {
         from_env.get(&opentelemetry::Key::from_static_str("service.name")).map(|v| v.to_string());
     let service_name =
         settings.service_name.clone().or(attribute_name).unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_string());
+    let attributes = from_env.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone()));
     Resource::builder_empty()
-        .with_detector(Box::new(EnvResourceDetector::new()))
+        .with_attributes(attributes)
         .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
         .with_service_name(service_name)
         .build()
@@ -114,16 +115,23 @@ impl HttpClient for RuntimeHttpClient {
         let client = self.client.clone();
         let sent = self.runtime.spawn(async move {
             let (parts, body) = request.into_parts();
-            let response = client
+            let mut response = client
                 .request(parts.method, parts.uri.to_string())
                 .headers(parts.headers)
                 .body(body)
                 .send()
                 .await?;
             let (status, headers) = (response.status(), response.headers().clone());
-            let mut body = response.bytes().await?;
-            body.truncate(MAX_RESPONSE_BYTES);
-            let mut out = http::Response::new(body);
+            // Read at most MAX_RESPONSE_BYTES: a misbehaving collector's endless answer is cut, not buffered.
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                let room = MAX_RESPONSE_BYTES - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if body.len() == MAX_RESPONSE_BYTES {
+                    break;
+                }
+            }
+            let mut out = http::Response::new(Bytes::from(body));
             *out.status_mut() = status;
             *out.headers_mut() = headers;
             Ok::<_, HttpError>(out)
