@@ -16,7 +16,7 @@ mod usage;
 use std::ops::Range;
 
 pub use headers::Headers;
-pub use openai::{api_kind_for_path, is_inference_create, parse_request};
+pub use openai::{api_kind_for_path, is_inference_create, parse_request, parse_request_with_serde};
 pub use policies::{Policies, PolicyStore, WeightedRewrite};
 pub use response::{ResponseReader, MAX_USAGE_BUFFER};
 pub use rewrite::{rewrite_response_model, splice_model};

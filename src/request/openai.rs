@@ -1,11 +1,13 @@
 //! OpenAI request parsing in one pass.
 //!
 //! The Go EPP decodes every body twice (into a map and into a typed struct) and copies the prompt each
-//! time; on a 220 KB prompt that is milliseconds per request. Here serde_json walks the body once into a
-//! struct of borrowed [`RawValue`]s: the fields routing needs are located, every other field is skipped
-//! (still validated), and nothing is copied except the short model name and cache salt. Spans are byte
-//! offsets of those borrowed slices inside the body, so a later rewrite can splice the body instead of
-//! re-serialising it.
+//! time; on a 220 KB prompt that is milliseconds per request. Here one structural walk ([`scan`])
+//! validates the body and locates the fields routing needs, skipping the long strings 64 bytes at a time
+//! ([`blocks`]); nothing is copied except the short model name and cache salt. Spans are byte offsets of
+//! the located values inside the body, so a later rewrite can splice the body instead of
+//! re-serialising it. A body the walk does not handle exactly as serde_json would (it says which) is
+//! parsed by serde_json instead, into borrowed [`RawValue`]s, so the two agree on every body and every
+//! error message is serde_json's.
 //!
 //! Duplicate keys: a body that repeats a field this parser reads (`model`, `messages`, `stream`, ...) is
 //! rejected as invalid, so the model we route on is always the one a rewrite replaces and the one the
@@ -20,8 +22,12 @@ use serde_json::value::RawValue;
 use super::prompt::{classify, PromptShape, ShapeError};
 use super::{ApiKind, ParsedRequest};
 use crate::error::RequestError;
+use scan::{scan_fields, Field, FieldValues};
 
-/// The top-level fields epp reads; everything else is skipped by serde.
+mod blocks;
+mod scan;
+
+/// The top-level fields epp reads, for serde_json; everything else is skipped by serde.
 #[derive(Deserialize)]
 struct RequestFields<'a> {
     #[serde(borrow)]
@@ -44,6 +50,27 @@ struct RequestFields<'a> {
     items: Option<&'a RawValue>,
     #[serde(borrow)]
     cache_salt: Option<&'a RawValue>,
+}
+
+impl<'a> RequestFields<'a> {
+    /// The same values as [`scan_fields`] gives, in its order.
+    fn values(&self) -> FieldValues<'a> {
+        FieldValues(
+            [
+                self.model,
+                self.stream,
+                self.max_tokens,
+                self.max_completion_tokens,
+                self.max_output_tokens,
+                self.messages,
+                self.prompt,
+                self.input,
+                self.items,
+                self.cache_salt,
+            ]
+            .map(|raw| raw.map(RawValue::get)),
+        )
+    }
 }
 
 /// Which OpenAI API a request path is for, by suffix (a query string is ignored). Anything unknown is
@@ -83,20 +110,36 @@ pub fn api_kind_for_path(path: &str) -> ApiKind {
 /// Errors are all `BadRequest` (HTTP 400) except an internal consistency check that cannot fail on
 /// bodies serde_json accepted.
 pub fn parse_request(path: &str, body: &[u8]) -> Result<ParsedRequest, RequestError> {
-    let api = api_kind_for_path(path);
+    if first_non_whitespace(body) != Some(b'{') {
+        return Err(not_an_object(body));
+    }
+    match scan_fields(body) {
+        Some(values) => read_fields(api_kind_for_path(path), body, &values),
+        None => parse_request_with_serde(path, body),
+    }
+}
+
+/// [`parse_request`] with serde_json alone, as it runs for a body the fast walk leaves to it. Public
+/// for the fuzz target that checks both paths agree.
+#[doc(hidden)]
+pub fn parse_request_with_serde(path: &str, body: &[u8]) -> Result<ParsedRequest, RequestError> {
     if first_non_whitespace(body) != Some(b'{') {
         return Err(not_an_object(body));
     }
     let fields: RequestFields<'_> = serde_json::from_slice(body)
         .map_err(|e| RequestError::bad_request(format!("error unmarshaling request body: {e}")))?;
+    read_fields(api_kind_for_path(path), body, &fields.values())
+}
 
-    let model_raw = fields.model.ok_or_else(model_not_found)?;
+/// Reads what routing needs from the located fields.
+fn read_fields(api: ApiKind, body: &[u8], fields: &FieldValues<'_>) -> Result<ParsedRequest, RequestError> {
+    let model_raw = fields.get(Field::Model).ok_or_else(model_not_found)?;
     // Only a JSON string is a model name; serde unescapes it (`\u00e9`, `\/`, ...). Anything else is "not
     // found", as in the Go EPP; a string that does not decode (a lone surrogate such as "\ud800") says so.
-    let model: String = serde_json::from_str(model_raw.get()).map_err(|e| {
-        if model_raw.get().starts_with('"') {
+    let model: String = serde_json::from_str(model_raw).map_err(|e| {
+        if model_raw.starts_with('"') {
             // Echo at most 64 characters of what the client sent.
-            let shown: String = model_raw.get().chars().take(64).collect();
+            let shown: String = model_raw.chars().take(64).collect();
             RequestError::bad_request(format!("invalid model name {shown}: {e}"))
         } else {
             model_not_found()
@@ -104,7 +147,7 @@ pub fn parse_request(path: &str, body: &[u8]) -> Result<ParsedRequest, RequestEr
     })?;
     let model_span = span_of(body, model_raw)?;
 
-    let stream = match fields.stream.map(RawValue::get) {
+    let stream = match fields.get(Field::Stream) {
         None => false,
         Some("true") => true,
         Some("false") => false,
@@ -114,29 +157,29 @@ pub fn parse_request(path: &str, body: &[u8]) -> Result<ParsedRequest, RequestEr
     let max_tokens = match api {
         // `max_completion_tokens` superseded `max_tokens` in chat; both are still accepted.
         ApiKind::ChatCompletions => {
-            match non_negative_int("max_completion_tokens", fields.max_completion_tokens)? {
+            match non_negative_int("max_completion_tokens", fields.get(Field::MaxCompletionTokens))? {
                 Some(n) => Some(n),
-                None => non_negative_int("max_tokens", fields.max_tokens)?,
+                None => non_negative_int("max_tokens", fields.get(Field::MaxTokens))?,
             }
         }
-        ApiKind::Completions => non_negative_int("max_tokens", fields.max_tokens)?,
-        ApiKind::Responses => non_negative_int("max_output_tokens", fields.max_output_tokens)?,
+        ApiKind::Completions => non_negative_int("max_tokens", fields.get(Field::MaxTokens))?,
+        ApiKind::Responses => non_negative_int("max_output_tokens", fields.get(Field::MaxOutputTokens))?,
         ApiKind::Embeddings | ApiKind::Conversations => None,
     };
 
     let (prefix_raw, prompt_token_ids) = match api {
-        ApiKind::ChatCompletions => (non_empty_array("messages", fields.messages)?, None),
-        ApiKind::Conversations => (non_empty_array("items", fields.items)?, None),
-        ApiKind::Responses => (string_or_array("input", fields.input)?, None),
-        ApiKind::Completions => prompt_like("prompt", fields.prompt)?,
-        ApiKind::Embeddings => prompt_like("input", fields.input)?,
+        ApiKind::ChatCompletions => (non_empty_array("messages", fields.get(Field::Messages))?, None),
+        ApiKind::Conversations => (non_empty_array("items", fields.get(Field::Items))?, None),
+        ApiKind::Responses => (string_or_array("input", fields.get(Field::Input))?, None),
+        ApiKind::Completions => prompt_like("prompt", fields.get(Field::Prompt))?,
+        ApiKind::Embeddings => prompt_like("input", fields.get(Field::Input))?,
     };
     let prefix_span = span_of(body, prefix_raw)?;
 
-    let cache_salt = match fields.cache_salt {
+    let cache_salt = match fields.get(Field::CacheSalt) {
         None => None,
         Some(raw) => Some(
-            serde_json::from_str::<String>(raw.get())
+            serde_json::from_str::<String>(raw)
                 .map_err(|_| RequestError::bad_request("cache_salt must be a string"))?,
         ),
     };
@@ -180,8 +223,7 @@ fn not_an_object(body: &[u8]) -> RequestError {
 }
 
 /// The byte range of a value borrowed from `body`.
-fn span_of(body: &[u8], raw: &RawValue) -> Result<Range<usize>, RequestError> {
-    let text = raw.get();
+fn span_of(body: &[u8], text: &str) -> Result<Range<usize>, RequestError> {
     let start = (text.as_ptr() as usize).checked_sub(body.as_ptr() as usize);
     match start {
         Some(start) if start.checked_add(text.len()).is_some_and(|end| end <= body.len()) => {
@@ -193,16 +235,16 @@ fn span_of(body: &[u8], raw: &RawValue) -> Result<Range<usize>, RequestError> {
 
 /// A token limit: absent or `null` is `None`; anything but a non-negative integer is a 400 naming the
 /// field (vLLM rejects those too, and a bad limit would skew the token estimate).
-fn non_negative_int(field: &str, raw: Option<&RawValue>) -> Result<Option<u64>, RequestError> {
+fn non_negative_int(field: &str, raw: Option<&str>) -> Result<Option<u64>, RequestError> {
     let Some(raw) = raw else { return Ok(None) };
-    serde_json::from_str::<u64>(raw.get())
+    serde_json::from_str::<u64>(raw)
         .map(Some)
         .map_err(|_| RequestError::bad_request(format!("{field} must be a non-negative integer")))
 }
 
 /// First byte of a value and whether, for an array or string, it holds anything.
-fn raw_kind(raw: &RawValue) -> (u8, bool) {
-    let bytes = raw.get().as_bytes();
+fn raw_kind(raw: &str) -> (u8, bool) {
+    let bytes = raw.as_bytes();
     let first = bytes.first().copied().unwrap_or(b'n');
     let non_empty = match first {
         b'"' => bytes.len() > 2,
@@ -214,7 +256,7 @@ fn raw_kind(raw: &RawValue) -> (u8, bool) {
 
 /// `messages` / `items`: an array with at least one element. Elements are left for the model server to
 /// validate, so structured content, tool calls and future message kinds pass untouched.
-fn non_empty_array<'a>(field: &str, raw: Option<&'a RawValue>) -> Result<&'a RawValue, RequestError> {
+fn non_empty_array<'a>(field: &str, raw: Option<&'a str>) -> Result<&'a str, RequestError> {
     let raw = raw.ok_or_else(|| not_found(field))?;
     match raw_kind(raw) {
         (b'[', true) => Ok(raw),
@@ -224,7 +266,7 @@ fn non_empty_array<'a>(field: &str, raw: Option<&'a RawValue>) -> Result<&'a Raw
 }
 
 /// Responses-API `input`: a non-empty string or a non-empty array of input items.
-fn string_or_array<'a>(field: &str, raw: Option<&'a RawValue>) -> Result<&'a RawValue, RequestError> {
+fn string_or_array<'a>(field: &str, raw: Option<&'a str>) -> Result<&'a str, RequestError> {
     let raw = raw.ok_or_else(|| not_found(field))?;
     match raw_kind(raw) {
         (b'"' | b'[', true) => Ok(raw),
@@ -234,10 +276,7 @@ fn string_or_array<'a>(field: &str, raw: Option<&'a RawValue>) -> Result<&'a Raw
 }
 
 /// Completions `prompt` / embeddings `input`: non-empty string, strings, token IDs or token-ID lists.
-fn prompt_like<'a>(
-    field: &str,
-    raw: Option<&'a RawValue>,
-) -> Result<(&'a RawValue, Option<usize>), RequestError> {
+fn prompt_like<'a>(field: &str, raw: Option<&'a str>) -> Result<(&'a str, Option<usize>), RequestError> {
     let raw = raw.ok_or_else(|| not_found(field))?;
     let shape: PromptShape = classify(raw).map_err(|e| {
         RequestError::bad_request(match e {

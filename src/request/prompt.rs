@@ -9,7 +9,6 @@ use std::fmt;
 
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
 /// What a prompt-like value holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,8 +49,7 @@ pub(crate) enum ShapeError {
 }
 
 /// Classifies the raw JSON of a `prompt` / `input` value (which serde_json has already validated).
-pub(crate) fn classify(raw: &RawValue) -> Result<PromptShape, ShapeError> {
-    let text = raw.get();
+pub(crate) fn classify(text: &str) -> Result<PromptShape, ShapeError> {
     match text.as_bytes().first() {
         // A string literal is `""` when empty; anything longer holds at least one character or escape.
         Some(b'"') => Ok(PromptShape::Text { empty: text.len() == 2 }),
@@ -173,8 +171,7 @@ mod tests {
     use super::*;
 
     fn shape(json: &str) -> Result<PromptShape, ShapeError> {
-        let raw: Box<RawValue> = serde_json::from_str(json).unwrap();
-        classify(&raw)
+        classify(json)
     }
 
     #[test]

@@ -2,12 +2,17 @@
 //! estimate.
 //!
 //! Input: one byte choosing the request path, then the body. Invariants beyond "no panic":
+//! - the parse (its fast structural walk, or serde_json where the walk declines a body) gives exactly
+//!   what serde_json alone gives, error messages included;
 //! - the parsed `model_span` holds exactly the JSON string literal of the parsed `model`, and the
 //!   prefix span lies within the body;
 //! - splicing another model name into the span gives a body that parses again with that name and with
 //!   everything else routing reads unchanged (a rewrite must not corrupt the request).
 
-use epp::request::{api_kind_for_path, is_inference_create, parse_request, splice_model, TokenEstimator};
+use epp::request::{
+    api_kind_for_path, is_inference_create, parse_request, parse_request_with_serde, splice_model,
+    TokenEstimator,
+};
 
 /// Paths a request may arrive on: every API, prefixed and query-string forms, and non-inference paths.
 pub const PATHS: &[&str] = &[
@@ -28,7 +33,9 @@ pub fn run(data: &[u8]) {
     let Some((&selector, body)) = data.split_first() else { return };
     let path = PATHS[usize::from(selector) % PATHS.len()];
     let _ = (api_kind_for_path(path), is_inference_create(path));
-    let Ok(parsed) = parse_request(path, body) else { return };
+    let result = parse_request(path, body);
+    assert_eq!(result, parse_request_with_serde(path, body), "the fast parse and serde_json disagree");
+    let Ok(parsed) = result else { return };
 
     let literal = body.get(parsed.model_span.clone()).expect("the model span lies within the body");
     let unescaped: String = serde_json::from_slice(literal).expect("the model span is a JSON string literal");

@@ -90,6 +90,16 @@ fn openai_request() -> Vec<Vec<u8>> {
         with_path(4, r#"{"model":"c","items":[{"type":"message"}]}"#),
         with_path(1, r#"{"model":"\ud800","messages":[]}"#),
         with_path(5, r#"  {"model" : "m" , "messages" : [ {"role":"system","content":"s"} ] }  "#),
+        // Strings longer than the parse's 64-byte blocks, escapes and backslash runs across their edges.
+        with_path(
+            1,
+            &format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":"{}\\\"\u00e9\n{}"}}],"x":[-0.5e+3,true,null,{{}}]}}"#,
+                "a".repeat(59),
+                "\\u00e9\\\\".repeat(40)
+            ),
+        ),
+        with_path(0, &format!(r#"{{"model":"m","prompt":"{}"}}"#, "b\\\\".repeat(70))),
     ]
 }
 
