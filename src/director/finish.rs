@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::{ActiveRequest, Decision, Director, IncomingRequest, Prepared, Routed, RoutingMutation};
 use crate::flowcontrol::DispatchTicket;
 use crate::request::{splice_model, ResponseReader};
-use crate::scheduling::{ProfileRunResult, SchedulingResult};
+use crate::scheduling::{Candidate, ProfileRunResult, SchedulingResult};
 use crate::wire::{CONTROL_HEADERS, DESTINATION_KEY, PD_HEADERS, REQUEST_ID_HEADER};
 
 impl Director {
@@ -20,6 +20,7 @@ impl Director {
         req: &IncomingRequest,
         prepared: Prepared,
         decision: Decision,
+        candidates: &[Candidate],
         ticket: Option<DispatchTicket>,
         processing_started: Instant,
     ) -> Routed {
@@ -31,7 +32,8 @@ impl Director {
             _ => None,
         };
         let content_length = new_body.as_ref().map_or(req.body.len(), Vec::len);
-        let mut mutation = routing_mutation(req, &decision.result, content_length, self.options.emit_scores);
+        let scores = self.options.emit_scores.then_some(candidates);
+        let mut mutation = routing_mutation(req, &decision.result, content_length, scores);
         if let Some(trace) = &req.trace {
             trace.set_attribute(opentelemetry::KeyValue::new(
                 "llm_d.epp.destination",
@@ -45,7 +47,7 @@ impl Director {
             model = %labels.model_name,
             target_model = %labels.target_model_name,
             destination = %mutation.destination,
-            scores = ?decision.result.primary().map(|r| r.scores.iter().map(|(e, s)| (e.host_port.as_str(), *s)).collect::<Vec<_>>()),
+            scores = ?decision.result.primary().map(|r| scores_by_endpoint(r, candidates).collect::<Vec<_>>()),
             "scheduled"
         );
         self.metrics.record_request(labels.as_labels(), req.body.len());
@@ -62,12 +64,13 @@ impl Director {
     }
 }
 
-/// What the gateway sets and removes upstream for `result`.
+/// What the gateway sets and removes upstream for `result`; with `emit_scores`, the cycle's candidates
+/// whose scores go in the scores header.
 pub fn routing_mutation(
     req: &IncomingRequest,
     result: &SchedulingResult,
     content_length: usize,
-    emit_scores: bool,
+    emit_scores: Option<&[Candidate]>,
 ) -> RoutingMutation {
     let targets = result.targets();
     let mut destination = String::with_capacity(targets.len() * 22);
@@ -94,12 +97,20 @@ pub fn routing_mutation(
         })
         .map(std::string::ToString::to_string)
         .collect();
-    let scores = if emit_scores { result.primary().map(scores_json) } else { None };
+    let scores = emit_scores.and_then(|candidates| result.primary().map(|r| scores_json(r, candidates)));
     RoutingMutation { destination, set_headers, remove_headers, content_length, scores }
 }
 
-fn scores_json(r: &ProfileRunResult) -> String {
+fn scores_json(r: &ProfileRunResult, candidates: &[Candidate]) -> String {
     let map: serde_json::Map<String, serde_json::Value> =
-        r.scores.iter().map(|(e, s)| (e.host_port.clone(), serde_json::json!(s))).collect();
+        scores_by_endpoint(r, candidates).map(|(e, s)| (e.to_string(), serde_json::json!(s))).collect();
     serde_json::Value::Object(map).to_string()
+}
+
+/// Each scored endpoint's address with its total.
+fn scores_by_endpoint<'a>(
+    r: &'a ProfileRunResult,
+    candidates: &'a [Candidate],
+) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    r.scores.iter().filter_map(|s| Some((candidates.get(s.index)?.endpoint.host_port.as_str(), s.score)))
 }

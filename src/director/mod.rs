@@ -224,7 +224,7 @@ impl Director {
             decide(&self.pipeline, shedding, &sreq, &mut candidates, &mut rng, observer, &mut scheduled);
         drop(traced);
         match decided {
-            Ok(decision) => Ok(self.finish(req, prepared, decision, ticket, processing_started)),
+            Ok(decision) => Ok(self.finish(req, prepared, decision, &candidates, ticket, processing_started)),
             Err(refusal) => Err(fail(refusal.into_request_error())),
         }
     }

@@ -305,7 +305,7 @@ fn finish_builds_the_answer_and_splices_a_rewritten_model() {
     let mut candidates = d.candidates(&req).unwrap();
     let decision =
         decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver, &mut |_| {}).unwrap();
-    let routed = d.finish(&req, prepared, decision, None, Instant::now());
+    let routed = d.finish(&req, prepared, decision, &candidates, None, Instant::now());
     let body = routed.new_body.as_deref().expect("rewritten body");
     assert_eq!(std::str::from_utf8(body).unwrap(), BODY.replace("\"m\"", "\"m-v2\""));
     assert_eq!(routed.mutation.destination, "10.0.0.2:8000");
@@ -338,4 +338,24 @@ async fn route_runs_the_steps_and_answers_errors_with_their_labels() {
     let (err, labels) = d.route(&req).await.unwrap_err();
     assert_eq!((err.code.http_status(), labels.model_name.as_str()), (503, "m"));
     assert_eq!(err.dropped, Some(crate::error::DropReason::NoEndpoints), "llm-d's reason on the 503");
+}
+
+#[test]
+fn emitted_scores_name_every_scored_endpoint_with_its_total() {
+    let d =
+        director_with(None, DirectorOptions { parse_bodies: true, emit_scores: true, ..Default::default() });
+    let req = request(BODY, &[]);
+    let prepared = d.prepare(&req, &mut rng()).unwrap();
+    let sreq = scheduling_request(&req, &prepared);
+    let mut candidates = d.candidates(&req).unwrap();
+    let decision =
+        decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver, &mut |_| {}).unwrap();
+    let routed = d.finish(&req, prepared, decision, &candidates, None, Instant::now());
+    let scores: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(routed.mutation.scores.as_deref().expect("scores emitted")).unwrap();
+    let total = |ep: &str| scores.get(ep).and_then(serde_json::Value::as_f64).expect("scored");
+    assert_eq!(scores.len(), 2, "{scores:?}");
+    // b is idle and a is busy (director_with): b scores higher, and b is the destination.
+    assert!(total("10.0.0.2:8000") > total("10.0.0.1:8000"), "{scores:?}");
+    assert_eq!(routed.mutation.destination, "10.0.0.2:8000");
 }

@@ -141,9 +141,8 @@ impl Profile {
         scratch.scored.extend(
             kept.iter().zip(&scratch.totals).map(|(&index, &score)| ScoredCandidate { index, score }),
         );
-        let mut result =
-            ProfileRunResult { targets: Vec::new(), scores: Vec::with_capacity(scratch.scored.len()) };
-        result.scores.extend(scratch.scored.iter().map(|s| (candidates[s.index].endpoint.clone(), s.score)));
+        // Kept before the picker, which may reorder `scored`.
+        let mut result = ProfileRunResult { targets: Vec::new(), scores: scratch.scored.clone() };
 
         scratch.picked.clear();
         let (picker_id, picker) = &self.picker;

@@ -150,11 +150,13 @@ pub struct ScoredCandidate {
 }
 
 /// The outcome of one profile: the chosen endpoints in picker order (first = primary target), and the
-/// total scores of every endpoint that survived the filters (for `--emit-endpoint-scores` and debug logs).
+/// total scores of every endpoint that survived the filters (for `--emit-endpoint-scores` and debug logs),
+/// by index into the cycle's candidates (every profile of a cycle runs over the same slice) — plain
+/// numbers, so a cycle over 1,000 endpoints does not clone and drop 1,000 `Arc`s to keep them.
 #[derive(Debug, Clone, Default)]
 pub struct ProfileRunResult {
     pub targets: Vec<Arc<Endpoint>>,
-    pub scores: Vec<(Arc<Endpoint>, f64)>,
+    pub scores: Vec<ScoredCandidate>,
 }
 
 /// The outcome of a scheduling cycle: one result per profile that ran, and which one is primary.
