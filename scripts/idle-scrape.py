@@ -19,7 +19,6 @@ Standard library only; needs `cargo build --release -p epp -p epp-sim`.
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
+sys.path.insert(0, str(ROOT / "scripts"))
+from processes import wait_port  # noqa: E402
+
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -42,17 +44,6 @@ def rss_mib(pid):
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
 
 
-def wait_port(port, proc, log):
-    for _ in range(1200):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    sys.exit(f"idle-scrape.py: nothing listening on {port}; {log}:\n{Path(log).read_text()[-2000:]}")
-
-
 def parse_ms(text):
     return float(text[:-2]) if text.endswith("ms") else float(text.rstrip("s")) * 1000
 
@@ -64,7 +55,7 @@ def measure(binary, pods, args, work):
         sim = subprocess.Popen([TARGET / "epp-sim", "--port", str(args.base_port), "--replicas", str(pods)],
                                stdout=open(sim_log, "w"), stderr=subprocess.STDOUT)
         procs.append(sim)
-        wait_port(args.base_port + pods - 1, sim, sim_log)
+        wait_port(args.base_port + pods - 1, sim, sim_log, timeout_s=120)
         endpoints = work / f"endpoints-{pods}.yaml"
         lines = ["endpoints:"] + [f'  - {{name: sim-{i}, address: 127.0.0.1, port: "{args.base_port + i}"}}'
                                   for i in range(pods)]

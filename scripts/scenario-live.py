@@ -22,7 +22,6 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"  # epp_lab::workload::DEFAULT_MODEL: 
 RECOMMENDED = "config/predicted-latency-epp.yaml"
 TOLERANCE = {"attainment": 0.01, "ttft": 0.05, "e2e": 0.05}
 sys.path.insert(0, str(ROOT / "scripts"))
+from processes import wait_port  # noqa: E402
 from scenarios import lab_binary, seed_range  # noqa: E402
 
 
@@ -55,17 +55,6 @@ def envoy_binary():
         if candidate and Path(candidate).exists():
             return candidate
     sys.exit("scenario-live.py: envoy missing (make envoy, or ENVOY_BIN)")
-
-
-def wait_port(port, proc, log):
-    for _ in range(600):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    sys.exit(f"scenario-live.py: nothing listening on {port}; {log}:\n{Path(log).read_text()[-2000:]}")
 
 
 class Stack:

@@ -288,6 +288,16 @@ schedulingProfiles:
     assert_eq!(refusal.into_request_error().code.http_status(), 429);
 }
 
+/// The director's steps for `req` without flow control: prepare, locate, decide, finish.
+fn route_synchronously(d: &Director, req: &IncomingRequest) -> Routed {
+    let prepared = d.prepare(req, &mut rng()).unwrap();
+    let sreq = scheduling_request(req, &prepared);
+    let mut candidates = d.candidates(req).unwrap();
+    let decision =
+        decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver, &mut |_| {}).unwrap();
+    d.finish(req, prepared, decision, &candidates, None, Instant::now())
+}
+
 #[test]
 fn finish_builds_the_answer_and_splices_a_rewritten_model() {
     let d = director();
@@ -300,12 +310,7 @@ fn finish_builds_the_answer_and_splices_a_rewritten_model() {
         ],
     );
     req.generated_id = true;
-    let prepared = d.prepare(&req, &mut rng()).unwrap();
-    let sreq = scheduling_request(&req, &prepared);
-    let mut candidates = d.candidates(&req).unwrap();
-    let decision =
-        decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver, &mut |_| {}).unwrap();
-    let routed = d.finish(&req, prepared, decision, &candidates, None, Instant::now());
+    let routed = route_synchronously(&d, &req);
     let body = routed.new_body.as_deref().expect("rewritten body");
     assert_eq!(std::str::from_utf8(body).unwrap(), BODY.replace("\"m\"", "\"m-v2\""));
     assert_eq!(routed.mutation.destination, "10.0.0.2:8000");
@@ -345,12 +350,7 @@ fn emitted_scores_name_every_scored_endpoint_with_its_total() {
     let d =
         director_with(None, DirectorOptions { parse_bodies: true, emit_scores: true, ..Default::default() });
     let req = request(BODY, &[]);
-    let prepared = d.prepare(&req, &mut rng()).unwrap();
-    let sreq = scheduling_request(&req, &prepared);
-    let mut candidates = d.candidates(&req).unwrap();
-    let decision =
-        decide(d.pipeline(), None, &sreq, &mut candidates, &mut rng(), &NoopObserver, &mut |_| {}).unwrap();
-    let routed = d.finish(&req, prepared, decision, &candidates, None, Instant::now());
+    let routed = route_synchronously(&d, &req);
     let scores: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(routed.mutation.scores.as_deref().expect("scores emitted")).unwrap();
     let total = |ep: &str| scores.get(ep).and_then(serde_json::Value::as_f64).expect("scored");
