@@ -110,25 +110,29 @@ pub fn api_kind_for_path(path: &str) -> ApiKind {
 /// Errors are all `BadRequest` (HTTP 400) except an internal consistency check that cannot fail on
 /// bodies serde_json accepted.
 pub fn parse_request(path: &str, body: &[u8]) -> Result<ParsedRequest, RequestError> {
-    if first_non_whitespace(body) != Some(b'{') {
-        return Err(not_an_object(body));
-    }
-    match scan_fields(body) {
-        Some(values) => read_fields(api_kind_for_path(path), body, &values),
-        None => parse_request_with_serde(path, body),
-    }
+    parse(path, body, true)
 }
 
 /// [`parse_request`] with serde_json alone, as it runs for a body the fast walk leaves to it. Public
 /// for the fuzz target that checks both paths agree.
 #[doc(hidden)]
 pub fn parse_request_with_serde(path: &str, body: &[u8]) -> Result<ParsedRequest, RequestError> {
+    parse(path, body, false)
+}
+
+/// Locates the fields with the fast walk first when `walk_first`, else (or where it declines the body)
+/// with serde_json, then reads them.
+fn parse(path: &str, body: &[u8], walk_first: bool) -> Result<ParsedRequest, RequestError> {
     if first_non_whitespace(body) != Some(b'{') {
         return Err(not_an_object(body));
     }
-    let fields: RequestFields<'_> = serde_json::from_slice(body)
-        .map_err(|e| RequestError::bad_request(format!("error unmarshaling request body: {e}")))?;
-    read_fields(api_kind_for_path(path), body, &fields.values())
+    let values = match walk_first.then(|| scan_fields(body)).flatten() {
+        Some(values) => values,
+        None => serde_json::from_slice::<RequestFields<'_>>(body)
+            .map_err(|e| RequestError::bad_request(format!("error unmarshaling request body: {e}")))?
+            .values(),
+    };
+    read_fields(api_kind_for_path(path), body, &values)
 }
 
 /// Reads what routing needs from the located fields.

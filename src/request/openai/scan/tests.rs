@@ -89,3 +89,19 @@ fn deep_nesting_is_left_to_serde_json() {
     declines(deep(MAX_DEPTH + 1).as_bytes());
     assert!(by_serde(&deep(MAX_DEPTH + 1)).is_some(), "serde_json skips any depth");
 }
+
+#[test]
+fn every_field_lands_in_its_own_slot_on_both_paths() {
+    // Each field's value names the field, so a slot filled from the wrong key shows.
+    let body = format!(
+        "{{{}}}",
+        FIELD_NAMES.iter().map(|name| format!(r#""{name}":"{name}""#)).collect::<Vec<_>>().join(",")
+    );
+    let values = agrees(&body);
+    for (slot, name) in FIELD_NAMES.iter().enumerate() {
+        assert_eq!(values.0[slot], Some(format!(r#""{name}""#).as_str()), "slot {slot}");
+    }
+    for field in [Field::Model, Field::MaxOutputTokens, Field::Items, Field::CacheSalt] {
+        assert_eq!(values.get(field), Some(format!(r#""{}""#, FIELD_NAMES[field as usize]).as_str()));
+    }
+}
