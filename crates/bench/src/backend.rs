@@ -33,6 +33,9 @@ use super::BenchError;
 /// Largest request body read.
 const MAX_BODY: usize = 64 << 20;
 
+/// Most chunks one answer has with [`BackendOptions::chunks_from_max_tokens`].
+pub const MAX_CHUNKS: u32 = 100_000;
+
 /// What every backend answers.
 #[derive(Debug, Clone)]
 pub struct BackendOptions {
@@ -40,6 +43,9 @@ pub struct BackendOptions {
     /// Content chunks (= completion tokens) per answer.
     pub chunks: u32,
     pub chunk_delay: Duration,
+    /// Answer with the request's `max_tokens` chunks (capped at [`MAX_CHUNKS`]) instead of `chunks`, so
+    /// that one fleet serves answers of every length (`scripts/sizing.py`).
+    pub chunks_from_max_tokens: bool,
     /// Backend ids are `<id_prefix>-<port>`.
     pub id_prefix: String,
 }
@@ -68,6 +74,15 @@ impl Drop for Running {
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     memchr::memmem::find(haystack, needle).is_some()
+}
+
+/// The `max_tokens` of a body epp-bench wrote (serde_json's compact form: `"max_tokens":N`). A quote
+/// inside a prompt is escaped (`\"`), so prompt text cannot match.
+fn max_tokens(body: &[u8]) -> Option<u32> {
+    let needle = b"\"max_tokens\":";
+    let start = memchr::memmem::find(body, needle)? + needle.len();
+    let digits = body[start..].iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&body[start..start + digits]).ok()?.parse::<u32>().ok().map(|n| n.min(MAX_CHUNKS))
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Body>) -> Response {
@@ -127,9 +142,10 @@ async fn handle(State(state): State<Arc<BackendState>>, request: Request) -> Res
 
 fn generate(state: &Arc<BackendState>, chat: bool, body: &[u8]) -> Response {
     let o = &state.options;
+    let chunks = if o.chunks_from_max_tokens { max_tokens(body).unwrap_or(o.chunks) } else { o.chunks };
     let stream = contains(body, b"\"stream\":true") || contains(body, b"\"stream\": true");
     if !stream {
-        let text: String = (0..o.chunks).map(|i| format!("tok{i} ")).collect();
+        let text: String = (0..chunks).map(|i| format!("tok{i} ")).collect();
         let choice = if chat {
             format!("{{\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":\"{text}\"}},\"finish_reason\":\"length\"}}")
         } else {
@@ -138,13 +154,13 @@ fn generate(state: &Arc<BackendState>, chat: bool, body: &[u8]) -> Response {
         let json = format!(
             "{{\"id\":\"b\",\"model\":\"{}\",\"choices\":[{choice}],\"usage\":{}}}",
             o.model,
-            usage_json(o.chunks)
+            usage_json(chunks)
         );
         return respond(StatusCode::OK, "application/json", json);
     }
     let include_usage =
         contains(body, b"\"include_usage\":true") || contains(body, b"\"include_usage\": true");
-    let (chunks, delay, model) = (o.chunks, o.chunk_delay, o.model.clone());
+    let (delay, model) = (o.chunk_delay, o.model.clone());
     let running = Running::new(state);
     // Events: `chunks` content chunks, the usage chunk (if asked for), [DONE].
     let total = chunks + u32::from(include_usage) + 1;
@@ -224,11 +240,21 @@ mod tests {
                 model: "m".into(),
                 chunks: 1,
                 chunk_delay: Duration::ZERO,
+                chunks_from_max_tokens: false,
                 id_prefix: "b".into(),
             },
             id: HeaderValue::from_static("b-1"),
             in_flight: AtomicI64::new(2),
         };
         assert!(metrics(&state).contains("vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 2.0\n"));
+    }
+
+    #[test]
+    fn max_tokens_is_read_from_the_request_not_from_the_prompt() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"say \"max_tokens\":7"}],"max_tokens":1000}"#;
+        assert_eq!(max_tokens(body), Some(1000));
+        assert_eq!(max_tokens(br#"{"max_tokens":999999999}"#), Some(MAX_CHUNKS));
+        assert_eq!(max_tokens(br#"{"model":"m"}"#), None);
+        assert_eq!(max_tokens(br#"{"max_tokens":-1}"#), None);
     }
 }

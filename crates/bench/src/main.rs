@@ -215,6 +215,9 @@ struct BackendArgs {
     /// Delay between two streamed chunks.
     #[arg(long, default_value_t = 1)]
     chunk_delay_ms: u64,
+    /// Answer each request with its max_tokens chunks (at most 100,000) instead of --chunks.
+    #[arg(long)]
+    chunks_from_max_tokens: bool,
 }
 
 fn parse_api(s: &str) -> Result<Api, String> {
@@ -425,6 +428,7 @@ async fn backend(args: BackendArgs) -> Result<ExitCode, BenchError> {
         model: args.model,
         chunks: args.chunks,
         chunk_delay: Duration::from_millis(args.chunk_delay_ms),
+        chunks_from_max_tokens: args.chunks_from_max_tokens,
         id_prefix: args.id,
     };
     for addr in epp_bench::backend::serve(&addrs, &options).await? {

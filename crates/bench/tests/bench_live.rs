@@ -105,6 +105,7 @@ async fn bench_backend_streams_and_counts_in_process() {
         model: "m".into(),
         chunks: 3,
         chunk_delay: Duration::ZERO,
+        chunks_from_max_tokens: false,
         id_prefix: "inproc".into(),
     };
     let addrs =
