@@ -189,6 +189,41 @@ fn bench(c: &mut Criterion) {
     }
 }
 
+/// The default profile on a prompt no endpoint was ever sent: every prefix block is new, so the prefix
+/// producer inserts 256 blocks into the index and evicts as many (the bench above resends one prompt,
+/// whose blocks are only promoted). Each iteration's system prompt is a counter, which changes every
+/// block's chained hash; building the request is outside the timing.
+fn bench_new_prompt(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    let body = chat_body(220 * 1024);
+    let stamp_at = body.windows(16).position(|w| w == b"You are helpful.").expect("system prompt");
+    let director = director(100, true, Pipeline::Default);
+    let mut counter = 0u64;
+    c.bench_function("request_path/220KB_chat_100_endpoints_new_prompt", |b| {
+        b.iter_batched(
+            || {
+                counter += 1;
+                let mut body = body.clone();
+                body[stamp_at..stamp_at + 16].copy_from_slice(format!("{counter:016}").as_bytes());
+                IncomingRequest {
+                    request_id: "r".into(),
+                    path: "/v1/chat/completions".into(),
+                    body,
+                    ..Default::default()
+                }
+            },
+            |request| {
+                let routed = rt.block_on(director.route(&request)).expect("routed");
+                let headers = responses::routed_request_headers(&routed.mutation);
+                let chunks = responses::streamed_body(&request.body, true, true);
+                criterion::black_box((headers, chunks));
+                drop(routed);
+            },
+            criterion::BatchSize::SmallInput,
+        );
+    });
+}
+
 /// Every per-request recording of one request (routed, running, TTFT, answered with usage, released)
 /// into series that already exist.
 fn bench_recording(c: &mut Criterion) {
@@ -323,5 +358,5 @@ fn bench_tracing(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench, bench_recording, bench_during_retrain, bench_tracing);
+criterion_group!(benches, bench, bench_new_prompt, bench_recording, bench_during_retrain, bench_tracing);
 criterion_main!(benches);

@@ -6,51 +6,67 @@
 //! every eviction and removal updates the reverse map in the same step, so they never disagree (GIE adds
 //! to the LRUs before the reverse map, so a block evicted within one insertion can linger there).
 //!
+//! The LRUs are intrusive lists in one arena of nodes, and the reverse map names each holder's node, so
+//! a block costs one hash-map lookup to insert or promote and one to evict, and no allocation once the
+//! arena has grown. A request with a new 256-block prompt inserts 256 blocks and evicts as many; with an
+//! LRU map per endpoint beside the reverse map that was a quarter of epp's CPU per 220 KB request
+//! (BENCHMARKS.md §11).
+//!
 //! Endpoints get small dense slot numbers so the matcher can count hits in a plain vector.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-use lru::LruCache;
 
 use super::endpoint_key::{endpoint_key, EndpointKey, IntBuildHasher};
 use crate::datastore::Endpoint;
 
 type Slot = u32;
+/// A node's index in the arena.
+type NodeId = u32;
+/// The end of a list (and of the free list).
+const NIL: NodeId = NodeId::MAX;
+
+/// One endpoint holding one block, and that block's node in the endpoint's LRU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Holder {
+    slot: Slot,
+    node: NodeId,
+}
 
 /// The endpoints holding one block: almost always one or a few, so the first is stored inline.
 #[derive(Debug)]
 enum Holders {
-    One(Slot),
-    Many(Vec<Slot>),
+    One(Holder),
+    Many(Vec<Holder>),
 }
 
 impl Holders {
-    fn as_slice(&self) -> &[Slot] {
+    fn as_slice(&self) -> &[Holder] {
         match self {
-            Holders::One(s) => std::slice::from_ref(s),
+            Holders::One(h) => std::slice::from_ref(h),
             Holders::Many(v) => v,
         }
     }
 
-    fn insert(&mut self, slot: Slot) {
+    fn node_of(&self, slot: Slot) -> Option<NodeId> {
+        self.as_slice().iter().find(|h| h.slot == slot).map(|h| h.node)
+    }
+
+    /// Adds a holder whose slot is not yet present.
+    fn push(&mut self, holder: Holder) {
         match self {
-            Holders::One(s) if *s == slot => {}
-            Holders::One(s) => *self = Holders::Many(vec![*s, slot]),
-            Holders::Many(v) => {
-                if !v.contains(&slot) {
-                    v.push(slot);
-                }
-            }
+            Holders::One(first) => *self = Holders::Many(vec![*first, holder]),
+            Holders::Many(v) => v.push(holder),
         }
     }
 
     /// Removes `slot`; true when no holder is left.
     fn remove(&mut self, slot: Slot) -> bool {
         match self {
-            Holders::One(s) => *s == slot,
+            Holders::One(h) => h.slot == slot,
             Holders::Many(v) => {
-                v.retain(|&s| s != slot);
+                v.retain(|h| h.slot != slot);
                 match v.as_slice() {
                     [] => true,
                     [only] => {
@@ -64,11 +80,71 @@ impl Holders {
     }
 }
 
-/// One endpoint's LRU. The strong `Arc` pins the endpoint's allocation so its key cannot be reused.
+/// One LRU entry: a block an endpoint holds, linked from most (`prev` side) to least recently used.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    hash: u64,
+    prev: NodeId,
+    next: NodeId,
+}
+
+/// The nodes of every endpoint's LRU, and the ids of the nodes free for reuse.
+#[derive(Default)]
+struct Arena {
+    nodes: Vec<Node>,
+    free: Vec<NodeId>,
+}
+
+impl Arena {
+    fn alloc(&mut self, hash: u64) -> NodeId {
+        let node = Node { hash, prev: NIL, next: NIL };
+        match self.free.pop() {
+            Some(id) => {
+                self.nodes[id as usize] = node;
+                id
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as NodeId
+            }
+        }
+    }
+}
+
+/// One endpoint's LRU: the ends of its list in the arena. The strong `Arc` pins the endpoint's allocation
+/// so its key cannot be reused.
 struct EndpointBlocks {
     endpoint: Arc<Endpoint>,
     capacity: usize,
-    lru: LruCache<u64, (), IntBuildHasher>,
+    len: usize,
+    /// Most recently used.
+    head: NodeId,
+    /// Least recently used: the next to evict.
+    tail: NodeId,
+}
+
+impl EndpointBlocks {
+    fn unlink(&mut self, arena: &mut Arena, id: NodeId) {
+        let Node { prev, next, .. } = arena.nodes[id as usize];
+        match prev {
+            NIL => self.head = next,
+            p => arena.nodes[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => arena.nodes[n as usize].prev = prev,
+        }
+    }
+
+    fn push_front(&mut self, arena: &mut Arena, id: NodeId) {
+        arena.nodes[id as usize].prev = NIL;
+        arena.nodes[id as usize].next = self.head;
+        match self.head {
+            NIL => self.tail = id,
+            h => arena.nodes[h as usize].prev = id,
+        }
+        self.head = id;
+    }
 }
 
 /// Block hash → endpoints, plus each endpoint's LRU.
@@ -78,6 +154,7 @@ pub(crate) struct PrefixIndex {
     free_slots: Vec<Slot>,
     slot_by_endpoint: HashMap<EndpointKey, Slot, IntBuildHasher>,
     holders: HashMap<u64, Holders, IntBuildHasher>,
+    arena: Arena,
     entries: usize,
 }
 
@@ -99,6 +176,21 @@ impl PrefixIndex {
         self.holders.len()
     }
 
+    /// An endpoint's blocks from most to least recently used.
+    #[cfg(test)]
+    pub(crate) fn recency(&self, endpoint: &Arc<Endpoint>) -> Vec<u64> {
+        let Some(blocks) = self.slot_of(endpoint).and_then(|s| self.slots[s as usize].as_ref()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut id = blocks.head;
+        while id != NIL {
+            out.push(self.arena.nodes[id as usize].hash);
+            id = self.arena.nodes[id as usize].next;
+        }
+        out
+    }
+
     pub(crate) fn slot_of(&self, endpoint: &Arc<Endpoint>) -> Option<Slot> {
         self.slot_by_endpoint.get(&endpoint_key(endpoint)).copied()
     }
@@ -113,8 +205,8 @@ impl PrefixIndex {
         for hash in hashes {
             let Some(holders) = self.holders.get(hash) else { break };
             any = true;
-            for &slot in holders.as_slice() {
-                counts[slot as usize] += 1;
+            for holder in holders.as_slice() {
+                counts[holder.slot as usize] += 1;
             }
         }
         any
@@ -126,7 +218,7 @@ impl PrefixIndex {
         let mut matched = 0;
         for hash in hashes {
             let Some(holders) = self.holders.get(hash) else { break };
-            if slot.is_some_and(|s| holders.as_slice().contains(&s)) {
+            if slot.is_some_and(|s| holders.node_of(s).is_some()) {
                 matched += 1;
             }
         }
@@ -141,20 +233,41 @@ impl PrefixIndex {
             Some(slot) => slot,
             None => self.add_endpoint(endpoint, capacity),
         };
-        let Some(blocks) = self.slots[slot as usize].as_mut() else { return };
+        let Self { slots, holders, arena, entries, .. } = self;
+        let Some(blocks) = slots[slot as usize].as_mut() else { return };
         blocks.capacity = capacity;
         for &hash in hashes {
-            if blocks.lru.get(&hash).is_some() {
-                continue; // already held: promoted to most recent
+            match holders.entry(hash) {
+                Entry::Occupied(mut held) => match held.get().node_of(slot) {
+                    Some(node) => {
+                        // Already held: promoted to most recent.
+                        blocks.unlink(arena, node);
+                        blocks.push_front(arena, node);
+                    }
+                    None => {
+                        let node = arena.alloc(hash);
+                        blocks.push_front(arena, node);
+                        held.get_mut().push(Holder { slot, node });
+                        blocks.len += 1;
+                        *entries += 1;
+                    }
+                },
+                Entry::Vacant(vacant) => {
+                    let node = arena.alloc(hash);
+                    blocks.push_front(arena, node);
+                    vacant.insert(Holders::One(Holder { slot, node }));
+                    blocks.len += 1;
+                    *entries += 1;
+                }
             }
-            blocks.lru.put(hash, ());
-            self.entries += 1;
-            self.holders.entry(hash).and_modify(|h| h.insert(slot)).or_insert(Holders::One(slot));
         }
-        while blocks.lru.len() > blocks.capacity {
-            let Some((evicted, ())) = blocks.lru.pop_lru() else { break };
-            self.entries -= 1;
-            drop_holder(&mut self.holders, evicted, slot);
+        while blocks.len > blocks.capacity && blocks.tail != NIL {
+            let evicted = blocks.tail;
+            blocks.unlink(arena, evicted);
+            blocks.len -= 1;
+            *entries -= 1;
+            drop_holder(holders, arena.nodes[evicted as usize].hash, slot);
+            arena.free.push(evicted);
         }
     }
 
@@ -184,13 +297,7 @@ impl PrefixIndex {
 
     fn add_endpoint(&mut self, endpoint: &Arc<Endpoint>, capacity: usize) -> Slot {
         self.prune_unreferenced();
-        // The LRU is unbounded to the crate and bounded here: the crate would preallocate its map at full
-        // capacity (≈1 MB per endpoint at 31,250 entries) whether or not it is ever filled.
-        let blocks = EndpointBlocks {
-            endpoint: endpoint.clone(),
-            capacity,
-            lru: LruCache::unbounded_with_hasher(IntBuildHasher::default()),
-        };
+        let blocks = EndpointBlocks { endpoint: endpoint.clone(), capacity, len: 0, head: NIL, tail: NIL };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = Some(blocks);
@@ -207,10 +314,14 @@ impl PrefixIndex {
 
     fn clear_slot(&mut self, slot: Slot) {
         if let Some(blocks) = self.slots[slot as usize].take() {
-            for (&hash, _) in &blocks.lru {
-                drop_holder(&mut self.holders, hash, slot);
+            let mut id = blocks.head;
+            while id != NIL {
+                let node = self.arena.nodes[id as usize];
+                drop_holder(&mut self.holders, node.hash, slot);
+                self.arena.free.push(id);
+                id = node.next;
             }
-            self.entries -= blocks.lru.len();
+            self.entries -= blocks.len;
             self.free_slots.push(slot);
         }
     }
@@ -225,78 +336,4 @@ fn drop_holder(holders: &mut HashMap<u64, Holders, IntBuildHasher>, hash: u64, s
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::scheduling::plugins::testing::endpoint;
-
-    fn holders_of(index: &PrefixIndex, hash: u64) -> Vec<Slot> {
-        index.holders.get(&hash).map(|h| h.as_slice().to_vec()).unwrap_or_default()
-    }
-
-    #[test]
-    fn greedy_match_stops_at_first_unheld_block() {
-        let (a, b) = (endpoint(1), endpoint(2));
-        let mut index = PrefixIndex::default();
-        index.insert(&a, 100, &[1, 2, 3]);
-        index.insert(&b, 100, &[1, 2, 9, 4]);
-        let mut counts = Vec::new();
-        assert!(index.match_longest(&[1, 2, 3, 4], &mut counts));
-        let (sa, sb) = (index.slot_of(&a).unwrap(), index.slot_of(&b).unwrap());
-        assert_eq!(counts[sa as usize], 3);
-        // b holds 4 but not 3; 3 is held by a, so matching continues to 4, which b holds.
-        assert_eq!(counts[sb as usize], 3);
-        assert_eq!(index.match_length(&a, &[1, 2, 3, 4]), 3);
-        assert_eq!(index.match_length(&b, &[1, 2, 3, 4]), 3);
-        // No endpoint holds 7: matching stops there.
-        assert!(index.match_longest(&[1, 7, 3], &mut counts));
-        assert_eq!(counts[sa as usize], 1);
-        assert!(!index.match_longest(&[7, 1], &mut counts));
-        assert_eq!(index.match_length(&endpoint(3), &[1, 2]), 0);
-    }
-
-    #[test]
-    fn eviction_keeps_reverse_map_consistent() {
-        let a = endpoint(1);
-        let mut index = PrefixIndex::default();
-        index.insert(&a, 3, &[1, 2, 3]);
-        index.insert(&a, 3, &[1]); // 1 becomes most recent; 2 is now the oldest
-        index.insert(&a, 3, &[4]);
-        assert!(holders_of(&index, 2).is_empty());
-        assert_eq!(index.entries(), 3);
-        assert_eq!(index.distinct_blocks(), 3);
-        // One insertion larger than the capacity keeps only its last blocks.
-        index.insert(&a, 2, &[10, 11, 12]);
-        assert_eq!(index.entries(), 2);
-        assert_eq!(index.distinct_blocks(), 2);
-        assert!(!holders_of(&index, 11).is_empty());
-        assert!(!holders_of(&index, 12).is_empty());
-    }
-
-    #[test]
-    fn removal_drops_lru_and_reverse_entries_and_reuses_slots() {
-        let (a, b) = (endpoint(1), endpoint(2));
-        let mut index = PrefixIndex::default();
-        index.insert(&a, 10, &[1, 2]);
-        index.insert(&b, 10, &[2, 3]);
-        index.remove(&a);
-        assert_eq!(index.entries(), 2);
-        assert!(holders_of(&index, 1).is_empty());
-        assert_eq!(holders_of(&index, 2), vec![index.slot_of(&b).unwrap()]);
-        let c = endpoint(3);
-        index.insert(&c, 10, &[5]);
-        assert_eq!(index.slot_of(&c), Some(0));
-        assert_eq!(index.endpoint_count(), 2);
-    }
-
-    #[test]
-    fn unreferenced_endpoints_are_pruned() {
-        let mut index = PrefixIndex::default();
-        index.insert(&endpoint(1), 10, &[1, 2]); // the only other reference is dropped here
-        let kept = endpoint(2);
-        index.insert(&kept, 10, &[3]);
-        index.prune_unreferenced();
-        assert_eq!(index.endpoint_count(), 1);
-        assert_eq!(index.entries(), 1);
-        assert!(holders_of(&index, 1).is_empty());
-    }
-}
+mod tests;
