@@ -6,6 +6,7 @@ cores per request/s, peak memory, idle scrape cost at 100 simulated pods), with 
                       [--rate 10] [--sweep 100000x1000:5,10,20,40] [--seconds 8] [--grid-pods 100]
                       [--markdown FILE] [--base-port 20000]
     scripts/sizing.py --transport [--connections 10,32] [--rounds 3] [--seconds 8] [--transport-pods 4]
+    scripts/sizing.py --streams 1000,5000 [--stream-tokens 100] [--stream-prompt 1000]
 
 Per pod count: one `epp-bench backend` process serving N OpenAI backends on consecutive ports (vLLM's metric
 families; each answer streams the request's max_tokens chunks, 1 ms apart), epp in static mode on all of
@@ -25,6 +26,10 @@ this machine's; the ratios to the no-op come from the same cell, minutes apart.
 --transport measures issue 22's transport criterion instead: 4 pods, closed loop at 10 and 32 connections,
 ~45 B, ~220 KB and ~400 KB prompts with 4-token answers and a 64-chunk streamed answer, epp and the no-op
 alternating for --rounds; throughput and CPU per request (medians of the rounds) and epp's ratios to the no-op.
+
+--streams holds N streamed answers at once (N connections, one request each, 4 pods), epp then the no-op:
+peak RSS, RSS per stream over idle, and epp's in-flight gauges (inference_objective_running_requests,
+llm_d_epp_inflight_requests), which must read 0 once every stream has ended.
 
 Standard library only; needs `cargo build --release -p epp -p epp-bench -p epp-testkit` and `make envoy`.
 """
@@ -83,6 +88,13 @@ def histogram(url):
         bound = float("inf") if match[1] == "+Inf" else float(match[1])
         buckets[bound] = buckets.get(bound, 0.0) + float(match[2])
     return buckets
+
+
+def gauge_sum(url, name):
+    """A gauge summed over its label sets."""
+    import urllib.request
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return sum(float(m[1]) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
 
 
 def quantile(before, after, q):
@@ -262,6 +274,32 @@ def transport(args, work):
     return "\n".join(lines) + "\n"
 
 
+IN_FLIGHT_GAUGES = ("inference_objective_running_requests", "llm_d_epp_inflight_requests")
+
+
+def streams(args, work):
+    """--streams: N streamed answers held at once (closed loop, N connections, one request each), epp then
+    the no-op: peak RSS, and epp's in-flight gauges once every stream has ended."""
+    lines = ["| concurrent streams | answer tokens | epp peak RSS | no-op peak RSS | epp RSS per stream over idle | "
+             "epp in-flight gauges after | completed (epp, no-op) |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    print("\n".join(lines), flush=True)
+    fleet = Fleet(args.transport_pods, args, work)
+    try:
+        idle_mib = status_kib(fleet.epp.pid, "VmRSS") / 1024
+        for count in args.streams:
+            load = ["--concurrency", str(count), "--requests", str(count)]
+            epp = fleet.run("epp", args.stream_prompt, args.stream_tokens, load, 3600)
+            noop = fleet.run("noop", args.stream_prompt, args.stream_tokens, load, 3600)
+            after = " / ".join(f"{gauge_sum(fleet.metrics_url, g):g}" for g in IN_FLIGHT_GAUGES)
+            per_stream = (epp["peak_mib"] - idle_mib) * 1024 / count
+            lines.append(f"| {count:,} | {args.stream_tokens:,} | {epp['peak_mib']:.0f} MiB | {noop['peak_mib']:.0f} MiB | "
+                         f"{per_stream:.1f} KiB | {after} | {epp['ok']:,}, {noop['ok']:,} |")
+            print(lines[-1], flush=True)
+    finally:
+        fleet.stop()
+    return f"epp idle RSS before: {idle_mib:.0f} MiB\n\n" + "\n".join(lines) + "\n"
+
+
 def main():
     ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -279,6 +317,9 @@ def main():
     parser.add_argument("--transport-pods", type=int, default=4)
     parser.add_argument("--connections", type=ints, default=[10, 32])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--streams", type=ints, help="instead: hold this many streamed answers at once (e.g. 1000,5000)")
+    parser.add_argument("--stream-tokens", type=int, default=100)
+    parser.add_argument("--stream-prompt", type=int, default=1000)
     parser.add_argument("--base-port", type=int, default=20000)
     args = parser.parse_args()
     for binary in ("epp", "epp-bench", "epp-noop-extproc"):
@@ -289,9 +330,9 @@ def main():
     if last_port >= int(ephemeral[0]) and args.base_port <= int(ephemeral[1]):
         sys.exit(f"sizing.py: ports {args.base_port}-{last_port} overlap the ephemeral range {'-'.join(ephemeral)}, "
                  "where the clients' own sockets would take them; choose another --base-port")
-    if args.transport:
-        with tempfile.TemporaryDirectory(prefix="epp-transport-") as tmp:
-            text = transport(args, Path(tmp))
+    if args.transport or args.streams:
+        with tempfile.TemporaryDirectory(prefix="epp-sizing-") as tmp:
+            text = transport(args, Path(tmp)) if args.transport else streams(args, Path(tmp))
         if args.markdown:
             args.markdown.write_text(text)
         return
