@@ -18,7 +18,6 @@ Standard library only; needs `cargo build --release -p epp -p epp-sim`.
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,16 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
 sys.path.insert(0, str(ROOT / "scripts"))
-from processes import wait_port  # noqa: E402
+from processes import cpu_seconds, stop_all, wait_port  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def cpu_seconds(pid):
-    """utime + stime of a process, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def rss_mib(pid):
@@ -80,13 +72,7 @@ def measure(binary, pods, args, work):
         scrapes_per_s = pods * 1000 / parse_ms(args.interval)
         return cores, sim_cores, rss, cores / scrapes_per_s * 1e6
     finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
 
 
 def main():
@@ -102,7 +88,7 @@ def main():
     for binary in ("epp", "epp-sim"):
         if not (TARGET / binary).exists():
             sys.exit(f"idle-scrape.py: {TARGET / binary} missing (cargo build --release -p epp -p epp-sim)")
-    print(f"| epp | pods | scrape interval | epp cores | cores per 100 pods | epp CPU per scrape | epp RSS | epp-sim cores |")
+    print("| epp | pods | scrape interval | epp cores | cores per 100 pods | epp CPU per scrape | epp RSS | epp-sim cores |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(prefix="epp-idle-") as tmp:
         for pods, _, binary in ((int(p), r, b) for p in args.pods.split(",") for r in range(args.rounds)

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,7 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"  # epp_lab::workload::DEFAULT_MODEL: 
 RECOMMENDED = "config/predicted-latency-epp.yaml"
 TOLERANCE = {"attainment": 0.01, "ttft": 0.05, "e2e": 0.05}
 sys.path.insert(0, str(ROOT / "scripts"))
-from processes import wait_port  # noqa: E402
+from processes import envoy_binary, stop_all, wait_port  # noqa: E402
 from scenarios import lab_binary, seed_range  # noqa: E402
 
 
@@ -48,13 +47,6 @@ def replicas(scenario):
     if not out:
         sys.exit(f"scenario-live.py: no replicas found in {scenario}")
     return out
-
-
-def envoy_binary():
-    for candidate in [os.environ.get("ENVOY_BIN", ""), *map(str, ROOT.glob(".venv/lib/python*/site-packages/envoy/_bin/envoy"))]:
-        if candidate and Path(candidate).exists():
-            return candidate
-    sys.exit("scenario-live.py: envoy missing (make envoy, or ENVOY_BIN)")
 
 
 class Stack:
@@ -85,7 +77,7 @@ class Stack:
                                   env=env, capture_output=True, text=True, check=True).stdout
         (work / "envoy.yaml").write_text(rendered)
         time.sleep(0.5)  # epp scrapes every replica before the first request
-        self.start(work / "envoy.log", [envoy_binary(), "-c", work / "envoy.yaml", "--base-id", str(port),
+        self.start(work / "envoy.log", [envoy_binary(ROOT), "-c", work / "envoy.yaml", "--base-id", str(port),
                                         "-l", "warning", "--concurrency", "1"], [self.listen])
 
     def start(self, log, cmd, ports):
@@ -95,13 +87,7 @@ class Stack:
             wait_port(port, proc, log)
 
     def stop(self):
-        for proc in reversed(self.procs):
-            proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(self.procs)
 
 
 def live_run(scenario, fleet, setup, rnd, args):

@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,18 +48,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
 sys.path.insert(0, str(ROOT / "scripts"))
-from processes import wait_port  # noqa: E402
+from processes import cpu_seconds, envoy_binary, stop_all, wait_port  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 SCHEDULER = "inference_extension_scheduler_e2e_duration_seconds_bucket"
 # llm-d's published Go EPP sizing (llm-d-router:docs/operations.md): 100 simulated pods, approximate prefix
 # cache, 100k-token prompts with 1k-token answers at ~99 req/s took 35-46 cores: 0.5-1 core per req/s.
 LLMD_CORES_PER_RPS = 0.5
-
-
-def cpu_seconds(pid):
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def status_kib(pid, key):
@@ -68,15 +61,6 @@ def status_kib(pid, key):
         if line.startswith(key + ":"):
             return int(line.split()[1])
     return 0
-
-
-def find_envoy():
-    if os.environ.get("ENVOY_BIN"):
-        return os.environ["ENVOY_BIN"]
-    for candidate in sorted(ROOT.glob(".venv/lib/python*/site-packages/envoy/_bin/envoy")) + [ROOT / ".venv/bin/envoy"]:
-        if candidate.exists():
-            return str(candidate)
-    sys.exit("sizing.py: no Envoy (make envoy, or set ENVOY_BIN)")
 
 
 def histogram(url):
@@ -137,7 +121,7 @@ class Fleet:
         self.metrics_url = f"http://127.0.0.1:{base + 2}/metrics"
         self.noop = self.start("noop", [TARGET / "epp-noop-extproc", "--port", str(base + 10), "--endpoints",
                                         ",".join(f"127.0.0.1:{p}" for p in ports)], base + 10)
-        envoy = find_envoy()
+        envoy = envoy_binary(ROOT)
         for name, extproc, listen in (("epp", base, base + 20), ("noop", base + 10, base + 21)):
             config = self.work / f"envoy-{name}.yaml"
             env = dict(os.environ, LISTEN_PORT=str(listen), ADMIN_PORT=str(listen + 10),
@@ -188,13 +172,7 @@ class Fleet:
         return row
 
     def stop(self):
-        for p in reversed(self.procs):
-            p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(self.procs)
 
 
 def bucket(bounds):
