@@ -100,7 +100,7 @@ class Fleet:
     """Backends, epp, the no-op and their Envoys for one pod count."""
 
     def __init__(self, pods, args, work):
-        self.procs, self.work, self.pods = [], work, pods
+        self.procs, self.work, self.pods, self.epp_binary = [], work, pods, args.epp
         try:
             self.launch(args.base_port)
         except BaseException:
@@ -115,7 +115,7 @@ class Fleet:
         endpoints = self.work / "endpoints.yaml"
         endpoints.write_text("endpoints:\n" + "".join(
             f'  - {{name: pod-{i}, address: 127.0.0.1, port: "{p}"}}\n' for i, p in enumerate(ports)))
-        self.epp = self.start("epp", [TARGET / "epp", "--grpc-port", str(base), "--grpc-health-port",
+        self.epp = self.start("epp", [self.epp_binary, "--grpc-port", str(base), "--grpc-health-port",
                                       str(base + 1), "--metrics-port", str(base + 2), "--endpoints-file",
                                       endpoints, "--secure-serving=false", "--log-level", "warn"], base)
         self.metrics_url = f"http://127.0.0.1:{base + 2}/metrics"
@@ -290,6 +290,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--epp", default=str(TARGET / "epp"), help="the epp binary (default: the release build)")
     parser.add_argument("--transport", action="store_true",
                         help="instead: the transport criterion, closed loop, epp vs the no-op (--rounds, --connections)")
     parser.add_argument("--transport-pods", type=int, default=4)
