@@ -201,7 +201,7 @@ idle-scrape:
 
 ## sizing: epp's CPU per request, peak memory and scheduler latency under load through Envoy, beside the no-op ext_proc
 ## server, at 100 and 1,000 pods, prompts of 1k-100k tokens, answers of 100-5k streamed tokens, a rate sweep, in
-## llm-d's published form (BENCHMARKS.md §11; issue 22). About 10 minutes.
+## llm-d's published form (BENCHMARKS.md §11; issue 22). About 15 minutes.
 sizing: envoy
 	$(CARGO) build --release -p epp -p epp-bench -p epp-testkit
 	$(PYTHON) scripts/sizing.py --markdown $${CARGO_TARGET_DIR:-target}/sizing.md
