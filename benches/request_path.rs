@@ -133,6 +133,16 @@ fn director(endpoints: usize, health: bool, pipeline: Pipeline) -> Director {
     director.with_health(HealthMonitor::new(settings, &registry))
 }
 
+/// One request through the director, and the answer epp would send: the routing headers and the body
+/// echoed in chunks.
+fn route_and_answer(rt: &tokio::runtime::Runtime, director: &Director, request: &IncomingRequest) {
+    let routed = rt.block_on(director.route(request)).expect("routed");
+    let headers = responses::routed_request_headers(&routed.mutation);
+    let chunks = responses::streamed_body(&request.body, true, true);
+    criterion::black_box((headers, chunks));
+    drop(routed);
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
     let body = chat_body(220 * 1024);
@@ -177,15 +187,7 @@ fn bench(c: &mut Criterion) {
         ),
     ] {
         let director = director(100, health, pipeline);
-        c.bench_function(name, |b| {
-            b.iter(|| {
-                let routed = rt.block_on(director.route(&request)).expect("routed");
-                let headers = responses::routed_request_headers(&routed.mutation);
-                let chunks = responses::streamed_body(&request.body, true, true);
-                criterion::black_box((headers, chunks));
-                drop(routed);
-            });
-        });
+        c.bench_function(name, |b| b.iter(|| route_and_answer(&rt, &director, &request)));
     }
 }
 
@@ -212,13 +214,7 @@ fn bench_new_prompt(c: &mut Criterion) {
                     ..Default::default()
                 }
             },
-            |request| {
-                let routed = rt.block_on(director.route(&request)).expect("routed");
-                let headers = responses::routed_request_headers(&routed.mutation);
-                let chunks = responses::streamed_body(&request.body, true, true);
-                criterion::black_box((headers, chunks));
-                drop(routed);
-            },
+            |request| route_and_answer(&rt, &director, &request),
             criterion::BatchSize::SmallInput,
         );
     });
@@ -344,11 +340,7 @@ fn bench_tracing(c: &mut Criterion) {
         c.bench_function(name, |b| {
             b.iter(|| {
                 request.trace = tracing.start_request(&request.headers, &request.request_id);
-                let routed = rt.block_on(director.route(&request)).expect("routed");
-                let headers = responses::routed_request_headers(&routed.mutation);
-                let chunks = responses::streamed_body(&request.body, true, true);
-                criterion::black_box((headers, chunks));
-                drop(routed);
+                route_and_answer(&rt, &director, &request);
                 if let Some(trace) = request.trace.take() {
                     trace.end(Some(200), None);
                 }

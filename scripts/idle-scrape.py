@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
 sys.path.insert(0, str(ROOT / "scripts"))
-from processes import cpu_seconds, stop_all, wait_port  # noqa: E402
+from processes import cpu_seconds, stop_all, wait_port, write_endpoints  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -48,10 +48,7 @@ def measure(binary, pods, args, work):
                                stdout=open(sim_log, "w"), stderr=subprocess.STDOUT)
         procs.append(sim)
         wait_port(args.base_port + pods - 1, sim, sim_log, timeout_s=120)
-        endpoints = work / f"endpoints-{pods}.yaml"
-        lines = ["endpoints:"] + [f'  - {{name: sim-{i}, address: 127.0.0.1, port: "{args.base_port + i}"}}'
-                                  for i in range(pods)]
-        endpoints.write_text("\n".join(lines) + "\n")
+        endpoints = write_endpoints(work / f"endpoints-{pods}.yaml", range(args.base_port, args.base_port + pods), "sim")
         epp_port = args.base_port - 10
         epp_log = work / f"epp-{pods}.log"
         epp = subprocess.Popen([binary, "--grpc-port", str(epp_port), "--grpc-health-port", str(epp_port + 1),

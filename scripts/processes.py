@@ -46,3 +46,10 @@ def envoy_binary(root):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     sys.exit(f"{Path(sys.argv[0]).name}: envoy missing (make envoy, or ENVOY_BIN)")
+
+
+def write_endpoints(path, ports, prefix):
+    """An epp `--endpoints-file` naming 127.0.0.1 at each port (`<prefix>-<i>`); returns `path`."""
+    path.write_text("endpoints:\n" + "".join(
+        f'  - {{name: {prefix}-{i}, address: 127.0.0.1, port: "{port}"}}\n' for i, port in enumerate(ports)))
+    return path

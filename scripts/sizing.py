@@ -43,12 +43,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
 sys.path.insert(0, str(ROOT / "scripts"))
-from processes import cpu_seconds, envoy_binary, stop_all, wait_port  # noqa: E402
+from processes import cpu_seconds, envoy_binary, stop_all, wait_port, write_endpoints  # noqa: E402
 
 SCHEDULER = "inference_extension_scheduler_e2e_duration_seconds_bucket"
 # llm-d's published Go EPP sizing (llm-d-router:docs/operations.md): 100 simulated pods, approximate prefix
@@ -63,10 +64,13 @@ def status_kib(pid, key):
     return 0
 
 
-def histogram(url):
-    """Cumulative counts per upper bound, summed over label sets."""
-    import urllib.request
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
+def scrape(url):
+    """The text of a /metrics page."""
+    return urllib.request.urlopen(url, timeout=10).read().decode()
+
+
+def histogram(text):
+    """The scheduler histogram's cumulative counts per upper bound, summed over label sets."""
     buckets = {}
     for match in re.finditer(rf'^{SCHEDULER}{{[^}}]*le="([^"]+)"[^}}]*}} (\S+)$', text, re.M):
         bound = float("inf") if match[1] == "+Inf" else float(match[1])
@@ -74,10 +78,8 @@ def histogram(url):
     return buckets
 
 
-def gauge_sum(url, name):
+def gauge_sum(text, name):
     """A gauge summed over its label sets."""
-    import urllib.request
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
     return sum(float(m[1]) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
 
 
@@ -112,9 +114,7 @@ class Fleet:
         self.start("backends", [TARGET / "epp-bench", "backend", "--ports", ",".join(map(str, ports)),
                                 "--id", "sizing", "--model", "sizing-model", "--chunks", "1",
                                 "--chunk-delay-ms", "1", "--chunks-from-max-tokens"], ports[-1], timeout_s=120)
-        endpoints = self.work / "endpoints.yaml"
-        endpoints.write_text("endpoints:\n" + "".join(
-            f'  - {{name: pod-{i}, address: 127.0.0.1, port: "{p}"}}\n' for i, p in enumerate(ports)))
+        endpoints = write_endpoints(self.work / "endpoints.yaml", ports, "pod")
         self.epp = self.start("epp", [self.epp_binary, "--grpc-port", str(base), "--grpc-health-port",
                                       str(base + 1), "--metrics-port", str(base + 2), "--endpoints-file",
                                       endpoints, "--secure-serving=false", "--log-level", "warn"], base)
@@ -150,7 +150,7 @@ class Fleet:
         --concurrency C)."""
         server = self.epp if target == "epp" else self.noop
         report = self.work / f"run-{target}.json"
-        sched0 = histogram(self.metrics_url) if target == "epp" else None
+        sched0 = histogram(scrape(self.metrics_url)) if target == "epp" else None
         cpu0, t0, peak = cpu_seconds(server.pid), time.monotonic(), 0
         bench = subprocess.Popen([str(TARGET / "epp-bench"), "run", "--url", self.urls[target], "--model",
                                   "sizing-model", *load, "--duration", f"{seconds:g}s",
@@ -167,7 +167,7 @@ class Fleet:
         row = {"ok": summary["ok"], "wall": wall, "cpu": cpu, "peak_mib": peak / 1024,
                "ttft_p50": (summary.get("ttft_ms") or {}).get("p50"), "bytes": summary["mean_request_bytes"]}
         if sched0 is not None:
-            sched1 = histogram(self.metrics_url)
+            sched1 = histogram(scrape(self.metrics_url))
             row["sched"] = (quantile(sched0, sched1, 0.5), quantile(sched0, sched1, 0.99))
         return row
 
@@ -268,7 +268,8 @@ def streams(args, work):
             load = ["--concurrency", str(count), "--requests", str(count)]
             epp = fleet.run("epp", args.stream_prompt, args.stream_tokens, load, 3600)
             noop = fleet.run("noop", args.stream_prompt, args.stream_tokens, load, 3600)
-            after = " / ".join(f"{gauge_sum(fleet.metrics_url, g):g}" for g in IN_FLIGHT_GAUGES)
+            page = scrape(fleet.metrics_url)
+            after = " / ".join(f"{gauge_sum(page, g):g}" for g in IN_FLIGHT_GAUGES)
             per_stream = (epp["peak_mib"] - idle_mib) * 1024 / count
             lines.append(f"| {count:,} | {args.stream_tokens:,} | {epp['peak_mib']:.0f} MiB | {noop['peak_mib']:.0f} MiB | "
                          f"{per_stream:.1f} KiB | {after} | {epp['ok']:,}, {noop['ok']:,} |")

@@ -136,6 +136,14 @@ impl EndpointBlocks {
         }
     }
 
+    /// A node for a block this endpoint did not hold, as its most recent.
+    fn push_new(&mut self, arena: &mut Arena, hash: u64) -> NodeId {
+        let id = arena.alloc(hash);
+        self.push_front(arena, id);
+        self.len += 1;
+        id
+    }
+
     fn push_front(&mut self, arena: &mut Arena, id: NodeId) {
         arena.nodes[id as usize].prev = NIL;
         arena.nodes[id as usize].next = self.head;
@@ -245,18 +253,14 @@ impl PrefixIndex {
                         blocks.push_front(arena, node);
                     }
                     None => {
-                        let node = arena.alloc(hash);
-                        blocks.push_front(arena, node);
+                        let node = blocks.push_new(arena, hash);
                         held.get_mut().push(Holder { slot, node });
-                        blocks.len += 1;
                         *entries += 1;
                     }
                 },
                 Entry::Vacant(vacant) => {
-                    let node = arena.alloc(hash);
-                    blocks.push_front(arena, node);
+                    let node = blocks.push_new(arena, hash);
                     vacant.insert(Holders::One(Holder { slot, node }));
-                    blocks.len += 1;
                     *entries += 1;
                 }
             }
