@@ -51,7 +51,7 @@ fn completion(rng: &mut Rng) -> Completion {
     let tpot = 8.0 + 0.3 * o.running as f32 + 10.0 * o.kv_cache_percentage;
     Completion {
         observation,
-        ttft_ms: ttft * (0.9 + 0.2 * rng.unit()),
+        ttft_ms: Some(ttft * (0.9 + 0.2 * rng.unit())),
         tpot_ms: Some(tpot * (0.9 + 0.2 * rng.unit())),
     }
 }

@@ -66,7 +66,11 @@ fn train(hub: &PredictorHub, streaming: bool) {
             ..Observation::default()
         };
         let ttft_ms = 50.0 + observation.waiting as f32 * 40.0 + observation.input_tokens as f32 * 0.05;
-        intake.record(TrainingRow { observation, ttft_ms, tpot_ms: Some(10.0 + observation.running as f32) });
+        intake.record(TrainingRow {
+            observation,
+            ttft_ms: Some(ttft_ms),
+            tpot_ms: Some(10.0 + observation.running as f32),
+        });
     }
     assert!(hub.retrain_now(), "a model is published");
 }

@@ -271,6 +271,9 @@ impl Router {
             let served = Some(info.endpoint.host_port.as_str());
             p.pipeline.on_response_headers(info, Some(200), served, &mut p.response_headers, &NoopObserver);
             p.pipeline.on_response_chunk(info, b"data: {}\n\n", true, now, &NoopObserver);
+            if let Some(t) = &mut p.training {
+                t.first_token();
+            }
         }
     }
 

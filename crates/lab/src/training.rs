@@ -146,6 +146,11 @@ impl Training {
         }
     }
 
+    /// A routed request's first token came: its TTFT is training data for the next tick.
+    pub(crate) fn first_token(&mut self) {
+        self.fresh = true;
+    }
+
     /// A routed request completed: it is training data for the next tick, and its prediction (if it
     /// had one) is scored against what happened.
     pub(crate) fn completed(&mut self, prediction: Option<&LatencyPrediction>, actual: &Actual) {

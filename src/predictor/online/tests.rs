@@ -41,7 +41,7 @@ pub(super) fn completion(rng: &mut Rng) -> Completion {
     let ttft = 15.0 + uncached * per_token * (1.0 + o.kv_cache_percentage) + 40.0 * o.waiting as f32;
     let tpot = 8.0 + 0.3 * o.running as f32 + 10.0 * o.kv_cache_percentage;
     let noise = |rng: &mut Rng| 0.9 + 0.2 * rng.unit();
-    Completion { observation, ttft_ms: ttft * noise(rng), tpot_ms: Some(tpot * noise(rng)) }
+    Completion { observation, ttft_ms: Some(ttft * noise(rng)), tpot_ms: Some(tpot * noise(rng)) }
 }
 
 fn config() -> OnlineConfig {
@@ -66,7 +66,7 @@ fn fresh_mape(predictor: &Predictor, seed: u64) -> f64 {
         let mut row = [0.0; TTFT_FEATURES];
         c.observation.ttft_row(&mut row);
         rows.extend_from_slice(&row);
-        observed.push(c.ttft_ms);
+        observed.push(c.ttft_ms.unwrap_or(f32::NAN));
     }
     let mut predicted = vec![0.0; observed.len()];
     predictor.predict_batch(Target::Ttft, &rows, &mut predicted).expect("a TTFT model");

@@ -27,8 +27,9 @@ pub struct Completion {
     /// The serving endpoint's state when the request was dispatched to it (in prefill/decode
     /// disaggregation, the prefill endpoint's, as in llm-d).
     pub observation: Observation,
-    /// Observed time to first token in ms; with streaming mode off, the end-to-end latency.
-    pub ttft_ms: f32,
+    /// Observed time to first token in ms; with streaming mode off, the end-to-end latency. `None` when
+    /// the request's TTFT row was already sent at its first chunk (see the producer's feedback).
+    pub ttft_ms: Option<f32>,
     /// Observed average time per output token after the first, in ms; `None` when the response was not
     /// streamed or produced one chunk only. Ignored with streaming mode off.
     pub tpot_ms: Option<f32>,
@@ -67,11 +68,11 @@ impl Trainer {
     pub(super) fn ingest(&mut self, completion: &Completion) {
         let valid = |ms: f32| ms.is_finite() && ms >= 0.0;
         let o = &completion.observation;
-        if valid(completion.ttft_ms) {
+        if let Some(ttft_ms) = completion.ttft_ms.filter(|&ms| valid(ms)) {
             let mut row = [0.0; TTFT_FEATURES];
             o.ttft_row(&mut row);
             let stratum = bucket(o.waiting, o.kv_cache_percentage, o.prefix_cache_score);
-            self.ttft.push(stratum, Sample { row, target: completion.ttft_ms });
+            self.ttft.push(stratum, Sample { row, target: ttft_ms });
         }
         if let Some(tpot_ms) = completion.tpot_ms.filter(|&ms| self.streaming && valid(ms)) {
             let o = Observation { prefix_cache_score: 0.0, tokens_generated: 0, ..*o };

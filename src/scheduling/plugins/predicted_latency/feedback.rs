@@ -1,7 +1,8 @@
 //! The producer's request-lifecycle half: at dispatch it records the chosen endpoint's prediction and
-//! registers the request's TPOT objective there; on the response it times the first chunk and counts
-//! chunks; at the end it turns what happened into the predictor's training row (llm-d §4.4) and into the
-//! live metrics — the observed latency, SLO violations, and the prediction's error against it.
+//! registers the request's TPOT objective there; on the response it times the first chunk (sending a
+//! streamed 2xx answer's TTFT training row then) and counts chunks; at the end it turns what happened into
+//! the rest of the predictor's training row (llm-d §4.4) and into the live metrics — the observed
+//! latency, SLO violations, and the prediction's error against it.
 //!
 //! Training follows llm-d's timing: the clock starts at dispatch (llm-d: PreRequest). With streaming mode
 //! on, a streamed request's TTFT is its first response chunk and its TPOT is `(e2e − ttft) / (tokens − 1)`,
@@ -64,6 +65,8 @@ impl PreRequest for PredictedLatencyProducer {
             dispatched_at: info.dispatched_at,
             first_chunk_at: None,
             chunks: 0,
+            status_2xx: None,
+            ttft_trained: false,
             labels,
             phase: PhaseLoad::prefilling(&observation),
         };
@@ -72,8 +75,27 @@ impl PreRequest for PredictedLatencyProducer {
 }
 
 impl ResponseHook for PredictedLatencyProducer {
+    fn on_response_headers(
+        &self,
+        info: &DispatchInfo,
+        status: Option<u16>,
+        _served: Option<&str>,
+        _set_headers: &mut Vec<(String, String)>,
+    ) {
+        if self.settings.streaming {
+            self.tracker.status(info.dispatch_id, status);
+        }
+    }
+
     fn on_response_chunk(&self, info: &DispatchInfo, _chunk: &[u8], first: bool, now: Instant) {
-        self.tracker.chunk(info.dispatch_id, first, now);
+        let Some((observation, ttft)) = self.tracker.chunk(info.dispatch_id, first, now) else { return };
+        if self.settings.streaming {
+            // The TTFT row goes now, not when the answer ends: a long answer's TTFT would otherwise reach
+            // the trainer tens of seconds late, and a slow endpoint's least, so the first models would
+            // know a slow class only from its shortest answers (`docs/predicted-latency.md`).
+            let ttft_ms = Some(ttft.as_secs_f64() as f32 * 1000.0);
+            self.intake.record(TrainingRow { observation, ttft_ms, tpot_ms: None });
+        }
     }
 
     fn on_complete(&self, info: &DispatchInfo, completion: &Completion) {
@@ -83,23 +105,29 @@ impl ResponseHook for PredictedLatencyProducer {
         if !succeeded {
             return;
         }
-        let Some(row) = self.training_row(&record, completion) else { return };
-        self.observe_outcome(&record, &row);
+        let Some((ttft_ms, mut row)) = self.training_row(&record, completion) else { return };
+        self.observe_outcome(&record, ttft_ms, row.tpot_ms);
+        if record.ttft_trained {
+            row.ttft_ms = None;
+        }
         // A full intake drops the row and counts it (the predictor's own metric): never blocks.
-        self.intake.record(row);
+        if row.ttft_ms.is_some() || row.tpot_ms.is_some() {
+            self.intake.record(row);
+        }
     }
 }
 
 impl PredictedLatencyProducer {
-    /// The training row of a finished request, `None` when it teaches nothing (llm-d §4.4).
-    fn training_row(&self, record: &Record, completion: &Completion) -> Option<TrainingRow> {
+    /// The TTFT (with streaming mode off, the end-to-end latency) and training row of a finished request,
+    /// `None` when it teaches nothing (llm-d §4.4).
+    fn training_row(&self, record: &Record, completion: &Completion) -> Option<(f32, TrainingRow)> {
         let e2e_ms = millis(record.dispatched_at, completion.now);
         if !self.settings.streaming {
-            return Some(TrainingRow {
-                observation: record.observation,
-                ttft_ms: e2e_ms as f32,
-                tpot_ms: None,
-            });
+            let ttft_ms = e2e_ms as f32;
+            return Some((
+                ttft_ms,
+                TrainingRow { observation: record.observation, ttft_ms: Some(ttft_ms), tpot_ms: None },
+            ));
         }
         if !record.stream {
             return None;
@@ -110,13 +138,14 @@ impl PredictedLatencyProducer {
             completion.usage.map(|u| u.completion_tokens).filter(|&t| t > 0).unwrap_or(record.chunks);
         let tpot_ms = (tokens >= 2 && self.enforces_tpot(&record.observation))
             .then(|| ((e2e_ms - ttft_ms).max(0.0) / (tokens - 1) as f64) as f32);
-        Some(TrainingRow { observation: record.observation, ttft_ms: ttft_ms as f32, tpot_ms })
+        let ttft_ms = ttft_ms as f32;
+        Some((ttft_ms, TrainingRow { observation: record.observation, ttft_ms: Some(ttft_ms), tpot_ms }))
     }
 
     /// The live metrics of what happened: observed TPOT, SLO violations, and the prediction's error.
-    fn observe_outcome(&self, record: &Record, row: &TrainingRow) {
-        let ttft_ms = f64::from(row.ttft_ms);
-        let tpot_ms = row.tpot_ms.map(f64::from);
+    fn observe_outcome(&self, record: &Record, ttft_ms: f32, tpot_ms: Option<f32>) {
+        let ttft_ms = f64::from(ttft_ms);
+        let tpot_ms = tpot_ms.map(f64::from);
         if let Some(tpot) = tpot_ms {
             self.metrics.observed_tpot(&record.labels, tpot);
         }

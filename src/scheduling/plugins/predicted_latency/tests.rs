@@ -366,3 +366,48 @@ fn decode_stall_is_the_idle_ttft_times_the_requests_decoding_there() {
     off.prepare(&req, &mut c);
     assert_eq!(c[0].attrs.latency.expect("predicted").decode_stall_ms, 0.0, "off by default");
 }
+
+/// Dispatches one streamed request to each of two candidates, passes response headers with `status`
+/// and the first chunk after `ttft_ms`, and leaves the answers running.
+fn start_streams(p: &PredictedLatencyProducer, fixture: &RequestFixture, status: Option<u16>, round: u64) {
+    let mut candidates = vec![labelled(1, "h100", round % 7), labelled(2, "l4", round % 5)];
+    let req = fixture.request();
+    p.prepare(&req, &mut candidates);
+    for (k, c) in candidates.iter().enumerate() {
+        let info = info_for(c, round * 10 + k as u64, req.now);
+        p.pre_request(&req, &testing::result_for(std::slice::from_ref(&c.endpoint)), &info);
+        if status.is_some() {
+            p.on_response_headers(&info, status, None, &mut Vec::new());
+        }
+        p.on_response_chunk(&info, b"data: x", true, req.now + Duration::from_millis(100 + 50 * k as u64));
+    }
+}
+
+#[test]
+fn ttft_trains_at_the_first_chunk_of_a_streamed_2xx_answer() {
+    let streamed = |status: Option<u16>| {
+        let hub = hub(true);
+        let p = producer(&hub, ProducerSettings { streaming: true, ..ProducerSettings::default() });
+        let mut fixture = RequestFixture::with_prompt("m", "hello");
+        fixture.parsed.stream = true;
+        for round in 0..40 {
+            start_streams(&p, &fixture, status, round);
+        }
+        assert_eq!(p.tracked_requests(), 80, "every answer is still running");
+        (hub.retrain_now(), p)
+    };
+    assert!(streamed(Some(200)).0, "80 TTFT rows arrived with the first chunks: a model is published");
+    assert!(!streamed(Some(503)).0, "an error's first chunk teaches nothing");
+    let (trained, p) = streamed(None);
+    assert!(!trained, "status unknown: the TTFT row waits for the completion");
+    // The completion then sends it, once, with the TPOT.
+    let now = Instant::now() + Duration::from_secs(1);
+    for round in 0..40u64 {
+        for k in 0..2u64 {
+            let c = labelled(k as u8 + 1, if k == 0 { "h100" } else { "l4" }, 0);
+            let info = info_for(&c, round * 10 + k, now);
+            p.on_complete(&info, &finished(now, 50));
+        }
+    }
+    assert_eq!(p.tracked_requests(), 0);
+}

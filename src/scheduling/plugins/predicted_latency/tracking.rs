@@ -39,6 +39,10 @@ pub(super) struct Record {
     pub dispatched_at: Instant,
     pub first_chunk_at: Option<Instant>,
     pub chunks: u64,
+    /// The response's status was 2xx (`None` until its headers passed).
+    pub status_2xx: Option<bool>,
+    /// Its TTFT training row was sent at its first chunk, so its completion sends TPOT only.
+    pub ttft_trained: bool,
     pub labels: PredictionLabels,
     /// What this request adds to its endpoint's [`PhaseLoad`] now: its uncached prompt tokens until its
     /// first chunk, then its prompt as decode context.
@@ -216,17 +220,29 @@ impl Tracker {
         }
     }
 
+    /// The response's headers passed with `status`.
+    pub(super) fn status(&self, id: u64, status: Option<u16>) {
+        if let Some(record) = self.shard(id).get_mut(&id) {
+            record.status_2xx = status.map(|s| (200..300).contains(&s));
+        }
+    }
+
     /// A response chunk of a running request: the first one moves its prompt from the endpoint's prefill
-    /// tokens to its decode context.
-    pub(super) fn chunk(&self, id: u64, first: bool, now: Instant) {
+    /// tokens to its decode context. Returns the request's observation and TTFT when this was the first
+    /// chunk of a streamed 2xx response, which is then marked as trained for TTFT.
+    pub(super) fn chunk(&self, id: u64, first: bool, now: Instant) -> Option<(Observation, Duration)> {
         let mut shard = self.shard(id);
-        let Some(record) = shard.get_mut(&id) else { return };
+        let record = shard.get_mut(&id)?;
         record.chunks += 1;
         self.clocks.tick(&record.endpoint, now);
         if !first && record.first_chunk_at.is_some() {
-            return;
+            return None;
         }
         record.first_chunk_at.get_or_insert(now);
+        let ttft = (record.stream && record.status_2xx == Some(true) && !record.ttft_trained).then(|| {
+            record.ttft_trained = true;
+            (record.observation, now.saturating_duration_since(record.dispatched_at))
+        });
         let decoding = PhaseLoad::decoding(&record.observation);
         if record.phase != decoding {
             let mut running = self.running();
@@ -234,6 +250,7 @@ impl Tracker {
             running.add_phase(&record.endpoint, decoding);
             record.phase = decoding;
         }
+        ttft
     }
 
     /// Forgets a request (it ended); its record, if it was still remembered.
