@@ -11,7 +11,7 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use axum::http::StatusCode;
 use axum::response::Response;
-use futures::stream::{self, StreamExt};
+use futures::stream;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -337,6 +337,8 @@ struct Streaming {
     produced: u32,
     cached_tokens: u32,
     done: bool,
+    /// A chat stream's opening chunk (the assistant role, no content), sent with the first token.
+    opening: Option<Bytes>,
 }
 
 fn stream_response(
@@ -360,9 +362,9 @@ fn stream_response(
         produced: 0,
         cached_tokens: 0,
         done: false,
+        opening,
     };
-    let body =
-        stream::iter(opening.map(Ok::<Bytes, std::io::Error>)).chain(stream::unfold(state, next_event));
+    let body = stream::unfold(state, next_event);
     let mut response = respond(StatusCode::OK, "text/event-stream", Body::from_stream(body));
     response.headers_mut().insert("cache-control", axum::http::HeaderValue::from_static("no-cache"));
     response
@@ -403,6 +405,13 @@ async fn next_event(mut s: Streaming) -> Option<(Result<Bytes, std::io::Error>, 
             tail.extend_from_slice(b"data: [DONE]\n\n");
             Bytes::from(tail)
         }
+    };
+    // vLLM sends a chat stream's role chunk in the same iteration as the first token, after the prefill
+    // (vllm-project/vllm:vllm/entrypoints/openai/serving_chat.py, `first_iteration`), so the first bytes a
+    // gateway sees mark the first token, which is what epp times as TTFT.
+    let bytes = match s.opening.take() {
+        Some(opening) => Bytes::from([opening.as_ref(), bytes.as_ref()].concat()),
+        None => bytes,
     };
     Some((Ok(bytes), s))
 }

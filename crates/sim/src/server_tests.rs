@@ -131,6 +131,28 @@ fn events(body: &str) -> Vec<&str> {
     body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).collect()
 }
 
+/// The first bytes of a chat stream carry the first token with the role chunk, as vLLM sends them: a
+/// gateway that times the first body chunk (epp's TTFT) must not see the role alone before the prefill.
+#[tokio::test]
+async fn a_chat_streams_role_chunk_comes_with_its_first_token() {
+    let addr = start(options()).await;
+    let body =
+        r#"{"model":"sim-model","stream":true,"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut response = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let first = response.chunk().await.unwrap().expect("a first body chunk");
+    let first = String::from_utf8_lossy(&first);
+    let data = events(&first);
+    assert!(data.len() >= 2, "role and first token in one chunk: {first}");
+    let token: Value = serde_json::from_str(data[1]).unwrap();
+    assert!(!token["choices"][0]["delta"]["content"].as_str().unwrap().is_empty(), "{first}");
+}
+
 #[tokio::test]
 async fn chat_streams_tokens_finish_reason_and_usage() {
     let addr = start(options()).await;
