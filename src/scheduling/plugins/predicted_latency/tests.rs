@@ -53,6 +53,28 @@ fn finished(now: Instant, tokens: u64) -> Completion {
     Completion { kind: CompletionKind::Finished, status: Some(200), usage: Some(usage), now }
 }
 
+/// Dispatches one request to an H100 and one to an L4 candidate; returns when, and each with its dispatch.
+fn dispatch_pair(
+    p: &PredictedLatencyProducer,
+    fixture: &RequestFixture,
+    round: u64,
+) -> (Instant, Vec<(Candidate, DispatchInfo)>) {
+    // Rows that differ (the held-out split hashes the sample, so identical rows all land on one side).
+    let mut candidates = vec![labelled(1, "h100", round % 7), labelled(2, "l4", round % 5)];
+    let req = fixture.request();
+    p.prepare(&req, &mut candidates);
+    let dispatched = candidates
+        .into_iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let info = info_for(&c, round * 10 + k as u64, req.now);
+            p.pre_request(&req, &testing::result_for(std::slice::from_ref(&c.endpoint)), &info);
+            (c, info)
+        })
+        .collect();
+    (req.now, dispatched)
+}
+
 /// Dispatches one request to each candidate and completes it after `latency(candidate)` ms.
 fn train_round(
     p: &PredictedLatencyProducer,
@@ -60,16 +82,11 @@ fn train_round(
     latency: impl Fn(&Candidate) -> u64,
     round: u64,
 ) {
-    // Rows that differ (the held-out split hashes the sample, so identical rows all land on one side).
-    let mut candidates = vec![labelled(1, "h100", round % 7), labelled(2, "l4", round % 5)];
-    let req = fixture.request();
-    p.prepare(&req, &mut candidates);
-    for (k, c) in candidates.iter().enumerate() {
-        let info = info_for(c, round * 10 + k as u64, req.now);
-        p.pre_request(&req, &testing::result_for(std::slice::from_ref(&c.endpoint)), &info);
-        let end = req.now + Duration::from_millis(latency(c));
-        p.on_response_chunk(&info, b"data: x", true, req.now + Duration::from_millis(latency(c) / 4));
-        p.on_complete(&info, &finished(end, 50));
+    let (now, dispatched) = dispatch_pair(p, fixture, round);
+    for (c, info) in &dispatched {
+        let end = now + Duration::from_millis(latency(c));
+        p.on_response_chunk(info, b"data: x", true, now + Duration::from_millis(latency(c) / 4));
+        p.on_complete(info, &finished(end, 50));
     }
 }
 
@@ -367,19 +384,15 @@ fn decode_stall_is_the_idle_ttft_times_the_requests_decoding_there() {
     assert_eq!(c[0].attrs.latency.expect("predicted").decode_stall_ms, 0.0, "off by default");
 }
 
-/// Dispatches one streamed request to each of two candidates, passes response headers with `status`
-/// and the first chunk after `ttft_ms`, and leaves the answers running.
+/// Dispatches one streamed request to each of two candidates, passes response headers with `status` (none
+/// when `None`) and the first chunk, and leaves the answers running.
 fn start_streams(p: &PredictedLatencyProducer, fixture: &RequestFixture, status: Option<u16>, round: u64) {
-    let mut candidates = vec![labelled(1, "h100", round % 7), labelled(2, "l4", round % 5)];
-    let req = fixture.request();
-    p.prepare(&req, &mut candidates);
-    for (k, c) in candidates.iter().enumerate() {
-        let info = info_for(c, round * 10 + k as u64, req.now);
-        p.pre_request(&req, &testing::result_for(std::slice::from_ref(&c.endpoint)), &info);
+    let (now, dispatched) = dispatch_pair(p, fixture, round);
+    for (k, (_, info)) in dispatched.iter().enumerate() {
         if status.is_some() {
-            p.on_response_headers(&info, status, None, &mut Vec::new());
+            p.on_response_headers(info, status, None, &mut Vec::new());
         }
-        p.on_response_chunk(&info, b"data: x", true, req.now + Duration::from_millis(100 + 50 * k as u64));
+        p.on_response_chunk(info, b"data: x", true, now + Duration::from_millis(100 + 50 * k as u64));
     }
 }
 
