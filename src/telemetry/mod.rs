@@ -11,6 +11,7 @@
 
 mod engines;
 mod extractor;
+mod http1;
 pub mod parser;
 mod pool_metrics;
 mod scraper;
@@ -24,7 +25,7 @@ pub use engines::{
 pub use extractor::{extract, ExtractError, ExtractProblem, Extraction};
 pub use parser::{Labels, Sample, SampleIter};
 pub use pool_metrics::PoolMetrics;
-pub use scraper::{ScrapeConfig, ScrapeError, Scraper, TelemetryUpdated};
+pub use scraper::{ScrapeConfig, ScrapeConnection, ScrapeError, Scraper, TelemetryUpdated};
 pub use spec::{MetricSpec, SpecError};
 pub use supervisor::{spawn_scrapers, ScrapeLoops};
 

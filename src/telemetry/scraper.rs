@@ -3,8 +3,9 @@
 //! Timing follows the Go EPP (upstream
 //! kubernetes-sigs/gateway-api-inference-extension:pkg/epp/datalayer/collector.go): a 50ms ticker that delays
 //! rather than bursts after a slow poll, a 1s bound on each poll, a 10s HTTP client timeout behind it,
-//! non-200 as an error. One `reqwest::Client` is shared by all loops so connections are kept alive per
-//! endpoint. Errors are logged only when the state changes (healthy → failing, one failure → a different one,
+//! non-200 as an error. A plain-`http` endpoint's loop keeps its own connection alive and speaks HTTP/1.1
+//! itself ([`super::http1`], for the idle cost); `https` goes through one `reqwest::Client` shared by all
+//! loops, which keeps connections alive per endpoint. Errors are logged only when the state changes (healthy → failing, one failure → a different one,
 //! failing → recovered): at 20 polls a second a down endpoint would otherwise flood the log.
 
 use std::fmt;
@@ -16,6 +17,7 @@ use tokio::time::MissedTickBehavior;
 
 use super::engines::{EngineMapping, EngineSet};
 use super::extractor::{extract, ExtractError};
+use super::http1::Http1Scrape;
 use crate::datastore::Endpoint;
 
 /// Called after each scrape that published new telemetry (the flow controller uses it to wake dispatch).
@@ -28,7 +30,8 @@ pub struct ScrapeConfig {
     pub refresh_interval: Duration,
     /// Bound on one poll, request and body together (default 1s).
     pub poll_timeout: Duration,
-    /// The HTTP client's own timeout (default 10s); the poll timeout normally fires first.
+    /// The HTTP client's own timeout (default 10s); the poll timeout normally fires first (the lower of
+    /// the two bounds a plain-http poll).
     pub http_timeout: Duration,
     /// Accept any TLS certificate for `https` scrapes (`insecureSkipVerify`, default true).
     pub insecure_skip_verify: bool,
@@ -84,6 +87,20 @@ pub enum ScrapeError {
     Extract(#[from] ExtractError),
 }
 
+/// What one endpoint's scrape loop keeps between polls: the page buffer, and for a plain-http URL its own
+/// connection.
+#[derive(Debug)]
+pub struct ScrapeConnection {
+    page: Vec<u8>,
+    plain: Option<Http1Scrape>,
+}
+
+impl ScrapeConnection {
+    pub fn new(metrics_url: &str) -> Self {
+        Self { page: Vec::new(), plain: Http1Scrape::for_url(metrics_url) }
+    }
+}
+
 /// Shared by every endpoint's scrape loop: the HTTP client and the configuration.
 #[derive(Debug)]
 pub struct Scraper {
@@ -106,19 +123,32 @@ impl Scraper {
         &self.config
     }
 
-    /// One poll of `endpoint`: fetch into `body` (a buffer reused across polls), extract with `engine`,
+    /// One poll of `endpoint` over `connection` (kept across polls): fetch, extract with `engine`,
     /// publish. On an extraction problem the partial metrics are still published and the problem returned.
     pub async fn scrape_once(
         &self,
         endpoint: &Endpoint,
         engine: &EngineMapping,
-        body: &mut Vec<u8>,
+        connection: &mut ScrapeConnection,
     ) -> Result<(), ScrapeError> {
-        let timeout = self.config.poll_timeout;
-        tokio::time::timeout(timeout, self.fetch(&endpoint.metrics_url, body))
-            .await
-            .map_err(|_| ScrapeError::Timeout(timeout))??;
-        let extraction = extract(body, engine, &endpoint.telemetry(), Instant::now());
+        let ScrapeConnection { page, plain } = connection;
+        let max_page = self.config.max_page_bytes;
+        let body = match plain {
+            Some(plain) => {
+                let timeout = self.config.poll_timeout.min(self.config.http_timeout);
+                tokio::time::timeout(timeout, plain.get(page, max_page))
+                    .await
+                    .map_err(|_| ScrapeError::Timeout(timeout))??
+            }
+            None => {
+                let timeout = self.config.poll_timeout;
+                tokio::time::timeout(timeout, self.fetch(&endpoint.metrics_url, page))
+                    .await
+                    .map_err(|_| ScrapeError::Timeout(timeout))??;
+                0..page.len()
+            }
+        };
+        let extraction = extract(&page[body], engine, &endpoint.telemetry(), Instant::now());
         endpoint.update_telemetry(extraction.metrics);
         if let Some(notify) = &self.config.on_update {
             notify();
@@ -159,11 +189,11 @@ impl Scraper {
         let period = self.config.refresh_interval.max(Duration::from_millis(1));
         let mut ticker = tokio::time::interval(period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut body = Vec::new();
+        let mut connection = ScrapeConnection::new(&endpoint.metrics_url);
         let mut health = ScrapeHealth::default();
         loop {
             ticker.tick().await;
-            let result = self.scrape_once(&endpoint, &engine, &mut body).await;
+            let result = self.scrape_once(&endpoint, &engine, &mut connection).await;
             match health.observe(result.err().map(|e| e.to_string())) {
                 Transition::Failed(reason) => tracing::warn!(
                     endpoint = %endpoint.name,

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use super::*;
 use crate::telemetry::engines::DEFAULT_ENGINE_LABEL_KEY;
 use crate::telemetry::test_data::sample_page;
+use crate::telemetry::ScrapeConnection;
 
 const SERVE: u8 = 0;
 const FAIL: u8 = 1;
@@ -187,8 +188,8 @@ async fn connection_refused_publishes_nothing_and_keeps_polling() {
     let scraper = Scraper::new(fast_config()).unwrap();
     let ep = Endpoint::new("gone", addr);
     let engine = crate::telemetry::EngineSet::builtin().default_engine().clone();
-    let mut body = Vec::new();
-    let err = scraper.scrape_once(&ep, &engine, &mut body).await.unwrap_err();
+    let mut connection = ScrapeConnection::new(&ep.metrics_url);
+    let err = scraper.scrape_once(&ep, &engine, &mut connection).await.unwrap_err();
     assert!(matches!(err, ScrapeError::Request(_) | ScrapeError::Timeout(_)), "{err}");
     assert_eq!(ep.telemetry().update_time, None);
 }
