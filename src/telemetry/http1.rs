@@ -282,7 +282,8 @@ async fn dechunk(
                 }
             }
         }
-        if write - start + size > max_page {
+        // A size is the peer's number: compare without adding to it.
+        if size > max_page - (write - start) {
             return Err(Exchange::Failed(ScrapeError::TooLarge(max_page)));
         }
         read_to(stream, buf, read + size + 2).await?;

@@ -179,6 +179,10 @@ async fn a_page_over_the_limit_is_refused_by_length_and_by_chunks() {
     let server = serve(vec![chunked.to_vec()], false).await;
     let err = client(server.addr).get(&mut buf, 10).await.unwrap_err();
     assert!(matches!(err, ScrapeError::TooLarge(10)), "{err}");
+    let absurd = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\nffffffffffffffff\r\n";
+    let server = serve(vec![absurd.to_vec()], true).await;
+    let err = client(server.addr).get(&mut buf, 10).await.unwrap_err();
+    assert!(matches!(err, ScrapeError::TooLarge(10)), "a chunk size near usize::MAX: {err}");
 }
 
 #[tokio::test]
