@@ -20,7 +20,7 @@ use std::ops::Range;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::scraper::ScrapeError;
+use super::scrape_error::ScrapeError;
 
 /// A response head larger than this is refused (vLLM's is about 200 bytes).
 const MAX_HEAD_BYTES: usize = 64 << 10;

@@ -14,6 +14,7 @@ mod extractor;
 mod http1;
 pub mod parser;
 mod pool_metrics;
+mod scrape_error;
 mod scraper;
 mod spec;
 mod supervisor;

@@ -16,8 +16,9 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use super::engines::{EngineMapping, EngineSet};
-use super::extractor::{extract, ExtractError};
+use super::extractor::extract;
 use super::http1::Http1Scrape;
+pub use super::scrape_error::ScrapeError;
 use crate::datastore::Endpoint;
 
 /// Called after each scrape that published new telemetry (the flow controller uses it to wake dispatch).
@@ -67,24 +68,6 @@ impl fmt::Debug for ScrapeConfig {
             .field("on_update", &self.on_update.is_some())
             .finish()
     }
-}
-
-/// Why one scrape failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ScrapeError {
-    #[error("building the HTTP client: {0}")]
-    Client(String),
-    #[error("scrape timed out after {0:?}")]
-    Timeout(Duration),
-    #[error("request failed: {0}")]
-    Request(String),
-    #[error("unexpected HTTP status {0}")]
-    Status(u16),
-    #[error("page larger than {0} bytes")]
-    TooLarge(usize),
-    /// The page was read and what could be extracted was published, but something was missing.
-    #[error("{0}")]
-    Extract(#[from] ExtractError),
 }
 
 /// What one endpoint's scrape loop keeps between polls: the page buffer, and for a plain-http URL its own
