@@ -116,6 +116,12 @@ impl Endpoint {
         self.telemetry.load_full()
     }
 
+    /// A handle that re-reads this endpoint's telemetry only when a scrape has replaced it: checking costs
+    /// one relaxed load of a pointer, where [`telemetry`](Self::telemetry) touches a reference count.
+    pub fn telemetry_cache(self: &Arc<Self>) -> TelemetryCache {
+        TelemetryCache::new(TelemetrySource(self.clone()))
+    }
+
     /// Publishes new telemetry (called by the scraper, or by tests and the lab).
     pub fn update_telemetry(&self, metrics: EndpointTelemetry) {
         self.telemetry.store(Arc::new(metrics));
@@ -132,6 +138,21 @@ impl Endpoint {
         // A guard, not `metrics()`: no reference count touched for each candidate of each request.
         let since = self.telemetry.load().update_time.unwrap_or(self.joined_at);
         now.saturating_duration_since(since)
+    }
+}
+
+/// An endpoint's telemetry as a cached handle (see [`Endpoint::telemetry_cache`]).
+pub type TelemetryCache = arc_swap::cache::Cache<TelemetrySource, Arc<EndpointTelemetry>>;
+
+/// What a [`TelemetryCache`] re-reads: the endpoint's telemetry slot (it keeps the endpoint alive).
+#[derive(Debug, Clone)]
+pub struct TelemetrySource(Arc<Endpoint>);
+
+impl std::ops::Deref for TelemetrySource {
+    type Target = ArcSwap<EndpointTelemetry>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0.telemetry
     }
 }
 

@@ -12,7 +12,7 @@ mod pool;
 mod role;
 mod subset;
 
-pub use endpoint::{format_host_port, Endpoint, EndpointTelemetry};
+pub use endpoint::{format_host_port, Endpoint, EndpointTelemetry, TelemetryCache, TelemetrySource};
 pub use health::{
     BreakerPolicy, BreakerState, EjectionReason, EndpointHealth, Outcome, Transition, RATE_WINDOW_REQUESTS,
 };

@@ -13,6 +13,7 @@
 //! Independent of gRPC, so any front end can drive it.
 
 mod active;
+mod candidates;
 mod decide;
 mod finish;
 mod metrics;
@@ -44,14 +45,14 @@ pub use prepare::Prepared;
 pub use probe::{explain, Explained, ProbeRequest, RouteProbe};
 pub use probe_view::RouteExplanation;
 
-use crate::datastore::{locate, Datastore, Endpoint, InvalidSubsetEntry, SubsetHint, SubsetMatch};
+use crate::datastore::{Datastore, Endpoint, InvalidSubsetEntry, SubsetHint, SubsetMatch};
 use crate::error::{DropReason, RequestError};
 use crate::flowcontrol::{Admission, DispatchTicket, FlowRequest};
 use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
 use crate::otel::{RequestTrace, TracedObserver, Tracing};
 use crate::request::{Headers, PolicyStore, TokenEstimator};
-use crate::scheduling::{Candidate, Observer, Pipeline, SchedulerMetrics, SchedulingRequest};
+use crate::scheduling::{Observer, Pipeline, SchedulerMetrics, SchedulingRequest};
 
 const NO_CANDIDATES: &str = "failed to find endpoint candidates for serving the request";
 
@@ -206,27 +207,36 @@ impl Director {
             ));
         }
         let ticket = self.admit_traced(req, &prepared).await.map_err(fail)?;
-        let mut candidates = self.candidates(req).map_err(fail)?;
+        let located = self.locate_candidates(req).map_err(fail)?;
         let token_ids = self.token_ids(&prepared.scheduling_request(req, Instant::now())).await;
         let processing_started = Instant::now();
-        let mut sreq = prepared.scheduling_request(req, processing_started);
-        sreq.token_ids = token_ids.as_deref();
         // Only the legacy mode sheds; flow control queued the request instead.
         let shedding = if ticket.is_none() { self.admission.shedding_detector() } else { None };
-        // Scheduling is timed up to the pick (pre-request hooks excluded), as upstream times it.
-        let mut scheduled = |picked: Option<&Arc<Endpoint>>| {
-            let elapsed = processing_started.elapsed();
-            self.scheduler_metrics.record_scheduling(elapsed, prepared.target_model(), picked.map(|e| &**e));
-        };
-        let traced = req.trace.as_ref().map(|trace| TracedObserver::new(self.observer.as_ref(), trace));
-        let observer = traced.as_ref().map_or(self.observer.as_ref(), |t| t as &dyn Observer);
-        let decided =
-            decide(&self.pipeline, shedding, &sreq, &mut candidates, &mut rng, observer, &mut scheduled);
-        drop(traced);
-        match decided {
-            Ok(decision) => Ok(self.finish(req, prepared, decision, &candidates, ticket, processing_started)),
-            Err(refusal) => Err(fail(refusal.into_request_error())),
-        }
+        // Decided and finished synchronously, over this worker's kept candidates (see `candidates`).
+        located.with_candidates(move |candidates| {
+            let mut sreq = prepared.scheduling_request(req, processing_started);
+            sreq.token_ids = token_ids.as_deref();
+            // Scheduling is timed up to the pick (pre-request hooks excluded), as upstream times it.
+            let mut scheduled = |picked: Option<&Arc<Endpoint>>| {
+                let elapsed = processing_started.elapsed();
+                self.scheduler_metrics.record_scheduling(
+                    elapsed,
+                    prepared.target_model(),
+                    picked.map(|e| &**e),
+                );
+            };
+            let traced = req.trace.as_ref().map(|trace| TracedObserver::new(self.observer.as_ref(), trace));
+            let observer = traced.as_ref().map_or(self.observer.as_ref(), |t| t as &dyn Observer);
+            let decided =
+                decide(&self.pipeline, shedding, &sreq, candidates, &mut rng, observer, &mut scheduled);
+            drop(traced);
+            match decided {
+                Ok(decision) => {
+                    Ok(self.finish(req, prepared, decision, candidates, ticket, processing_started))
+                }
+                Err(refusal) => Err((refusal.into_request_error(), prepared.labels)),
+            }
+        })
     }
 
     /// [`admit`](Self::admit), in a `llm_d.epp.flow_control` span when the request is traced and flow
@@ -277,29 +287,5 @@ impl Director {
             slo_ttft: prepared.slo.ttft(),
         };
         Ok(Some(controller.enqueue_and_wait(flow_req).await?))
-    }
-
-    /// The candidates: the pool now, narrowed by the subset hint (503 when nothing is left), less the
-    /// endpoints that are stale or ejected (unless that would leave none: health fails open).
-    pub fn candidates(&self, req: &IncomingRequest) -> Result<Vec<Candidate>, RequestError> {
-        let mut located = self.located(req)?;
-        if let Some(health) = &self.health {
-            health.retain_admitted(&mut located, Instant::now());
-        }
-        Ok(located.into_iter().map(Candidate::new).collect())
-    }
-
-    /// The pool now, narrowed by the subset hint: 503 when the pool is empty or nothing is left.
-    fn located(&self, req: &IncomingRequest) -> Result<Vec<Arc<Endpoint>>, RequestError> {
-        let pool = self.datastore.endpoints();
-        if pool.is_empty() {
-            return Err(RequestError::unavailable("no endpoints available in the pool")
-                .dropped(DropReason::NoEndpoints));
-        }
-        let located = locate(&pool, &req.subset, self.options.subset_match);
-        if located.is_empty() {
-            return Err(RequestError::unavailable(NO_CANDIDATES).dropped(DropReason::NoEndpoints));
-        }
-        Ok(located)
     }
 }

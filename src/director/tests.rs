@@ -13,7 +13,8 @@ use crate::config;
 use crate::datastore::{Endpoint, EndpointTelemetry};
 use crate::error::ErrorCode;
 use crate::scheduling::{
-    FactoryContext, NoopObserver, PendingLoad, PluginMetrics, Registry, SaturationDetector, SchedulingRequest,
+    Candidate, FactoryContext, NoopObserver, PendingLoad, PluginMetrics, Registry, SaturationDetector,
+    SchedulingRequest,
 };
 
 const CHAT: &str = "/v1/chat/completions";
@@ -358,4 +359,34 @@ fn emitted_scores_name_every_scored_endpoint_with_its_total() {
     // b is idle and a is busy (director_with): b scores higher, and b is the destination.
     assert!(total("10.0.0.2:8000") > total("10.0.0.1:8000"), "{scores:?}");
     assert_eq!(routed.mutation.destination, "10.0.0.2:8000");
+}
+
+/// A worker keeps its candidates between decisions (`director/candidates.rs`): a later decision on the
+/// same thread still sees the telemetry a scrape replaced, and a new pool.
+#[tokio::test(flavor = "current_thread")]
+async fn kept_candidates_see_new_telemetry_and_a_new_pool() {
+    let endpoints = vec![
+        Endpoint::new("a", "10.0.0.1:8000".parse().unwrap()),
+        Endpoint::new("b", "10.0.0.2:8000".parse().unwrap()),
+    ];
+    let options = DirectorOptions { parse_bodies: true, ..Default::default() };
+    let (d, _, datastore) = director_over(None, endpoints, options);
+    let queues = |waiting: [u64; 2]| {
+        for (ep, waiting_queue_size) in datastore.endpoints().iter().zip(waiting) {
+            ep.update_telemetry(EndpointTelemetry {
+                waiting_queue_size,
+                update_time: Some(Instant::now()),
+                ..Default::default()
+            });
+        }
+    };
+    let destination =
+        |routed: Result<Routed, Rejection>| routed.expect("routed").mutation.destination.clone();
+
+    queues([9, 0]);
+    assert_eq!(destination(d.route(&request(BODY, &[])).await), "10.0.0.2:8000");
+    queues([0, 9]);
+    assert_eq!(destination(d.route(&request(BODY, &[])).await), "10.0.0.1:8000", "the replaced telemetry");
+    datastore.set_endpoints(vec![Endpoint::new("c", "10.0.0.3:8000".parse().unwrap())]);
+    assert_eq!(destination(d.route(&request(BODY, &[])).await), "10.0.0.3:8000", "the new pool");
 }

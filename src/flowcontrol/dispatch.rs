@@ -26,7 +26,7 @@ use tokio::time::MissedTickBehavior;
 
 use super::shared::Shared;
 use crate::datastore::locate;
-use crate::scheduling::Candidate;
+use crate::scheduling::{Candidate, CandidateSet};
 
 /// The period of the safety re-evaluation (staleness-based saturation, gauges while idle).
 pub const SAFETY_TICK: Duration = Duration::from_millis(100);
@@ -53,7 +53,8 @@ pub(super) async fn run(shared: Arc<Shared>) {
 /// Buffers reused across cycles, and when the idle gauges were last refreshed.
 #[derive(Default)]
 pub(super) struct Cycle {
-    pool: Vec<Candidate>,
+    /// The whole pool's candidates, kept between cycles (refreshed, not rebuilt, while the pool is the same).
+    pool: CandidateSet,
     narrowed: Vec<Candidate>,
     gauges_at: Option<Instant>,
 }
@@ -70,12 +71,11 @@ impl Cycle {
             return;
         }
         let endpoints = shared.datastore.endpoints();
-        self.pool.clear();
-        self.pool.extend(endpoints.iter().cloned().map(Candidate::new));
-        let stages = shared.saturation(&self.pool, started);
+        let pool: &[Candidate] = self.pool.refresh(&endpoints);
+        let stages = shared.saturation(pool, started);
         shared.metrics.set_flow_pool_saturation(&stages);
         let mut pool_saturation = stages.effective;
-        let stale = shared.detector.stale_endpoints(&self.pool, started);
+        let stale = shared.detector.stale_endpoints(pool, started);
         shared.metrics.set_flow_stale_endpoints(&shared.detector_name, stale);
         self.gauges_at = Some(started);
         if idle {
@@ -98,7 +98,7 @@ impl Cycle {
             }
             shared.release(&mut state, &slot);
             // The released load is now pending: re-evaluate before the next one.
-            pool_saturation = shared.saturation(&self.pool, started).effective;
+            pool_saturation = shared.saturation(pool, started).effective;
         }
         drop(state);
         shared.metrics.observe_flow_dispatch_cycle(started.elapsed());

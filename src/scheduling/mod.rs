@@ -4,6 +4,7 @@
 //! loaded once at the start of the cycle, and the request carries the clock. That keeps it fast, testable
 //! without gRPC, and usable in virtual time.
 
+pub(crate) mod candidates;
 pub(crate) mod kv_cache_metrics;
 pub(crate) mod latency_metrics;
 pub(crate) mod metrics;
@@ -17,6 +18,7 @@ pub(crate) mod registry;
 pub(crate) mod saturation;
 pub(crate) mod types;
 
+pub use candidates::CandidateSet;
 pub use kv_cache_metrics::KvCacheMetrics;
 pub use latency_metrics::{LatencyKind, LatencyMetrics, PredictionLabels};
 pub use metrics::SchedulerMetrics;
