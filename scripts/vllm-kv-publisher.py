@@ -2,7 +2,10 @@
 its event classes publish batches the way a vLLM engine does, for tests of epp's subscriber and replay
 against the real thing (tests/e2e_vllm/publisher.rs; run in .venv-vllm, see `make vllm`).
 
-Usage: vllm-kv-publisher.py ENDPOINT REPLAY_ENDPOINT TOPIC BLOCK_SIZE
+Usage: vllm-kv-publisher.py ENDPOINT REPLAY_ENDPOINT TOPIC BLOCK_SIZE [keep-publishing]
+
+ENDPOINT with a wildcard host (`tcp://*:port`) is bound, any other is connected to (an EPP's
+`zmqEndpoint`); an empty REPLAY_ENDPOINT means no replay socket.
 
 Publishes, one batch each, with the classes' own msgpack encoding (msgspec):
   1. BlockStored, prompt A: 4 blocks of token ids 0.., integer block hashes (one above i64::MAX)
@@ -14,9 +17,11 @@ Publishes, one batch each, with the classes' own msgpack encoding (msgspec):
   5. BlockStored, prompt D: 2 blocks of token ids 3000.., the event itself a positional array
      (`["BlockStored", ...]`, older vLLM's `array_like` events; this vLLM's events are tagged maps)
 then prints "published 5" and keeps the publisher (and its replay socket) alive until stdin closes, so a
-subscriber that connects later replays all five.
+subscriber that connects later replays all five. With `keep-publishing`, it also publishes prompt E (2
+blocks of token ids 4000..) every 0.3 s until then, as a busy engine keeps publishing.
 """
 import sys
+import threading
 import time
 
 from typing import Any
@@ -51,7 +56,8 @@ def stored(cls, hashes, first_token: int, block_size: int, medium: str = "GPU"):
 
 
 def main() -> None:
-    endpoint, replay, topic, block_size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    endpoint, replay, topic, block_size = sys.argv[1], sys.argv[2] or None, sys.argv[3], int(sys.argv[4])
+    keep_publishing = sys.argv[5:] == ["keep-publishing"]
     publisher = ZmqEventPublisher(
         data_parallel_rank=0, endpoint=endpoint, replay_endpoint=replay, topic=topic
     )
@@ -69,7 +75,12 @@ def main() -> None:
     # The publisher thread sends asynchronously; give it time to hand the batches to ZMQ and the buffer.
     time.sleep(1.0)
     print("published 5", flush=True)
-    sys.stdin.read()
+    stdin_closed = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stdin_closed.set()), daemon=True).start()
+    while not stdin_closed.wait(0.3):
+        if keep_publishing:
+            stored_e = stored(BlockStored, [51, 52], 4000, block_size)
+            publisher.publish(KVEventBatch(ts=time.time(), events=[stored_e], data_parallel_rank=0))
     publisher.shutdown()
 
 

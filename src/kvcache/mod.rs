@@ -7,14 +7,18 @@
 //! - [`index`]: which endpoint holds which block in which tier, and each endpoint's longest cached prefix.
 //!
 //! - [`subscriber`]: one endpoint's ZMQ subscription, applying its events to the shared index.
+//! - [`replay`]: asking a publisher's ROUTER for the batches a subscriber missed.
 //! - [`pool`]: one subscriber per endpoint of the datastore, following it as endpoints come and go.
-//! - [`render`]: a request's token ids from the engine's `render` endpoints (llm-d's `token-producer`).
+//! - [`central`]: or one socket epp binds, which every engine publishes to (`zmqEndpoint`).
+//! - `speculation`: a routed request's blocks held by its target until the engine confirms them.
+//! - [`render`] and [`local_tokens`]: a request's token ids, from the engine's `render` endpoints
+//!   (llm-d's `token-producer`) or an in-process tokenizer.
 //!
 //! The plugins that read the index are `precise-prefix-cache-producer` and `token-producer`
-//! (`scheduling::plugins`). Not built yet: replay, speculative entries, a memory cap, an in-process
-//! tokenizer.
+//! (`scheduling::plugins`).
 
 mod block_keys;
+mod central;
 mod events;
 mod frames;
 mod index;
@@ -25,11 +29,13 @@ mod render;
 mod replay;
 mod slots;
 mod subscriber;
+mod supervisor;
 #[cfg(test)]
 mod test_data;
 mod tiers;
 
 pub use block_keys::{BlockKeyHasher, HashAlgorithm};
+pub(crate) use central::bind_address;
 pub use events::{decode_batch, BlockStored, DecodeError, EventBatch, KvEvent};
 pub use frames::{
     parse_live, parse_replay, replay_request, topic_model, FrameError, LiveMessage, ReplayMessage,
@@ -39,11 +45,12 @@ pub use index::{Applied, EndpointId, KvIndex, PrefixMatch, TierWeights, DEFAULT_
 #[cfg(test)]
 pub(crate) use local_tokens::tests::word_tokenizer_file as local_tokens_test_file;
 pub use local_tokens::{completions_prompt, LocalTokenizer, LocalTokensError, Prompt};
-pub use pool::{spawn_pool, KvEventPool, KvPools, PoolConfig, PoolTask, Subscribers};
+pub use pool::{KvEventPool, KvPools, PoolConfig, Subscribers};
 pub use render::{parse_rendered, RenderApi, RenderClient, RenderConfig, RenderError};
 pub use subscriber::{
     apply_message, run as run_subscriber, Sequence, SharedIndex, SubscriberStats, Subscription,
 };
+pub use supervisor::{spawn_pool, PoolTask};
 
 /// The index for reading, even if a writer panicked (every mutation leaves it consistent between events).
 pub fn read_index(index: &SharedIndex) -> std::sync::RwLockReadGuard<'_, KvIndex> {

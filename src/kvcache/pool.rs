@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 
 use super::index::EndpointId;
 use super::subscriber::{self, SharedIndex, SubscriberStats, Subscription};
-use crate::datastore::{Datastore, Endpoint};
+use crate::datastore::Endpoint;
 
 /// `kvEventsConfig` as far as the pool uses it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,11 +29,21 @@ pub struct PoolConfig {
     pub topic_filter: String,
     /// `podDiscoveryConfig.replaySocketPort`: the replay (ROUTER) port of rank 0; `None`: no replay.
     pub replay_port: Option<u16>,
+    /// `discoverPods`: dial every endpoint's publisher.
+    pub discover_pods: bool,
+    /// `zmqEndpoint`, as a bind address: the socket every engine publishes to ([`super::central`]).
+    pub central: Option<String>,
 }
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        Self { socket_port: 5557, topic_filter: "kv@".into(), replay_port: None }
+        Self {
+            socket_port: 5557,
+            topic_filter: "kv@".into(),
+            replay_port: None,
+            discover_pods: true,
+            central: None,
+        }
     }
 }
 
@@ -72,12 +82,21 @@ impl KvEventPool {
         &self.stats
     }
 
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// Endpoints the pool numbers now (those of the datastore, once the supervisor has seen them).
+    pub(crate) fn endpoints_known(&self) -> usize {
+        self.ids.read().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
     /// Subscribers running now.
     pub fn active_subscribers(&self) -> i64 {
         self.stats.active_subscribers.get()
     }
 
-    /// The index's number for the endpoint serving at `addr`, while it has a subscriber.
+    /// The index's number for the endpoint serving at `addr`, while it is in the pool.
     pub fn endpoint_id(&self, addr: SocketAddr) -> Option<EndpointId> {
         self.ids.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(&addr).copied()
     }
@@ -140,30 +159,6 @@ impl KvPools {
     }
 }
 
-/// Aborts the supervisor (and with it every subscriber) when dropped: the plugin holding it went away.
-#[derive(Debug)]
-pub struct PoolTask(JoinHandle<()>);
-
-impl Drop for PoolTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Starts the supervisor on the current tokio runtime; it runs until the returned task is dropped.
-pub fn spawn_pool(pool: Arc<KvEventPool>, datastore: Arc<Datastore>) -> PoolTask {
-    PoolTask(tokio::spawn(async move {
-        let mut versions = datastore.subscribe();
-        let mut subscribers = Subscribers::new(pool);
-        loop {
-            subscribers.reconcile(&datastore.endpoints());
-            if versions.changed().await.is_err() {
-                break;
-            }
-        }
-    }))
-}
-
 /// The running subscribers, keyed by the endpoint's serving address.
 #[derive(Debug)]
 pub struct Subscribers {
@@ -175,7 +170,9 @@ pub struct Subscribers {
 struct Running {
     publisher: String,
     id: EndpointId,
-    task: JoinHandle<()>,
+    /// The endpoint's own subscriber; `None` without `discoverPods` (its events come to the central
+    /// socket, which needs only its id).
+    task: Option<JoinHandle<()>>,
 }
 
 impl Subscribers {
@@ -214,12 +211,14 @@ impl Subscribers {
                 default_model: String::new(),
                 replay: replay.map(|at| (format!("tcp://{at}"), self.pool.replays.clone())),
             };
-            tracing::debug!(endpoint = %addr, publisher = %subscription.publisher, "KV-event subscriber started");
-            let task =
-                tokio::spawn(subscriber::run(subscription, self.pool.index.clone(), self.pool.stats.clone()));
+            let task = self.pool.config.discover_pods.then(|| {
+                tracing::debug!(endpoint = %addr, publisher = %subscription.publisher, "KV-event subscriber started");
+                tokio::spawn(subscriber::run(subscription, self.pool.index.clone(), self.pool.stats.clone()))
+            });
             self.running.insert(addr, Running { publisher, id, task });
         }
-        self.pool.stats.active_subscribers.set(i64::try_from(self.running.len()).unwrap_or(i64::MAX));
+        let active = self.running.values().filter(|r| r.task.is_some()).count();
+        self.pool.stats.active_subscribers.set(i64::try_from(active).unwrap_or(i64::MAX));
     }
 }
 
@@ -227,12 +226,15 @@ impl Subscribers {
 /// ended, since one still applying a message when aborted could index a few more (under an id nobody
 /// reads any more, but memory all the same).
 fn stop(pool: &Arc<KvEventPool>, addr: SocketAddr, running: Running) {
-    running.task.abort();
+    if let Some(task) = &running.task {
+        task.abort();
+    }
     pool.ids_mut().remove(&addr);
     let dropped = subscriber::lock(&pool.index).remove_endpoint(running.id);
     pool.stats.blocks_removed.inc_by(dropped as u64);
     tracing::debug!(endpoint = %addr, dropped, "KV-event subscriber stopped");
-    let (pool, id, task) = (pool.clone(), running.id, running.task);
+    let (pool, id) = (pool.clone(), running.id);
+    let Some(task) = running.task else { return };
     tokio::spawn(async move {
         let _ = task.await;
         let late = subscriber::lock(&pool.index).remove_endpoint(id);
@@ -242,8 +244,8 @@ fn stop(pool: &Arc<KvEventPool>, addr: SocketAddr, running: Running) {
 
 impl Drop for Subscribers {
     fn drop(&mut self) {
-        for running in self.running.values() {
-            running.task.abort();
+        for task in self.running.values().filter_map(|r| r.task.as_ref()) {
+            task.abort();
         }
     }
 }

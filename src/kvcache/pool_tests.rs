@@ -13,11 +13,7 @@ fn pool(socket_port: u16) -> Arc<KvEventPool> {
         BlockKeyHasher::new(HashAlgorithm::Xxh64, 16, ""),
         TierWeights::default(),
     )));
-    Arc::new(KvEventPool::new(
-        PoolConfig { socket_port, topic_filter: "kv@".into(), replay_port: None },
-        index,
-        Arc::default(),
-    ))
+    Arc::new(KvEventPool::new(PoolConfig { socket_port, ..PoolConfig::default() }, index, Arc::default()))
 }
 
 fn endpoint(addr: &str, rank: u16) -> Arc<Endpoint> {

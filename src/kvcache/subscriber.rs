@@ -38,6 +38,8 @@ pub struct SubscriberStats {
     pub stores_skipped: Counter,
     pub removals_skipped: Counter,
     pub connect_failures: Counter,
+    /// Messages on the central socket whose topic names no endpoint of the pool, skipped.
+    pub unknown_pods: Counter,
     /// Events of a type the decoder does not know, skipped.
     pub unknown_events: Counter,
     /// Subscribers running now (set by the pool).

@@ -30,7 +30,7 @@ impl KvCacheMetrics {
     pub(crate) fn register(r: &MetricsRegistry) -> Arc<Self> {
         let m = Self::default();
         let e = &m.events;
-        let counters: [(&str, &str, &Counter); 17] = [
+        let counters: [(&str, &str, &Counter); 18] = [
             ("llm_d_epp_kv_cache_events_messages_received", "KV-event messages received", &e.messages),
             ("llm_d_epp_kv_cache_events_stores_skipped", "BlockStored events not indexed", &e.stores_skipped),
             (
@@ -55,6 +55,11 @@ impl KvCacheMetrics {
             ("epp_kv_cache_events_sequence_gaps", "Jumps in a publisher's sequence (events lost)", &e.gaps),
             ("epp_kv_cache_events_publisher_resets", "Publishers whose sequence restarted", &e.resets),
             ("epp_kv_cache_events_unknown", "Events of a type epp does not know, skipped", &e.unknown_events),
+            (
+                "epp_kv_cache_events_unknown_pods",
+                "Messages on the zmqEndpoint socket whose topic names no endpoint of the pool, skipped",
+                &e.unknown_pods,
+            ),
             (
                 "epp_kv_cache_events_replays",
                 "Replays asked of a publisher (on connecting, after a gap)",

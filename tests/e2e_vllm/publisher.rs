@@ -8,7 +8,8 @@
 //! `CPU_PINNED` tier and a removal, then one batch live every 0.3 s; its replay frames have no topic
 //! frame, as older vLLM's had not, so epp replays again once a live message's topic names the model.
 //! epp's pool, dialling the endpoint's address as it would a pod's, replays each from the publisher's
-//! ROUTER and indexes exactly what the engine would hold.
+//! ROUTER and indexes exactly what the engine would hold. And in llm-d's centralised mode, vLLM's publisher
+//! connects to the socket epp binds (`zmqEndpoint`).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -17,9 +18,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use epp::datastore::Endpoint;
+use epp::datastore::{Datastore, Endpoint};
 use epp::kvcache::{
-    read_index, BlockKeyHasher, HashAlgorithm, KvEventPool, KvIndex, PoolConfig, Subscribers, TierWeights,
+    read_index, spawn_pool, BlockKeyHasher, HashAlgorithm, KvEventPool, KvIndex, PoolConfig, Subscribers,
+    TierWeights,
 };
 use epp_testkit::vllm::vllm_or_skip;
 use epp_testkit::*;
@@ -71,6 +73,59 @@ async fn sglangs_own_publisher_replays_without_the_topic_frame() {
     assert!(stats.replays.get() >= 2, "replayed again once a live topic named the model: {stats:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs real vLLM (make test-vllm)"]
+async fn vllms_own_publisher_connects_to_the_socket_epp_binds() {
+    if !vllm_or_skip("vllms_own_publisher_connects_to_the_socket_epp_binds") {
+        return;
+    }
+    // llm-d's centralised mode (`zmqEndpoint`, `discoverPods: false`): epp binds, vLLM connects.
+    let port = free_port();
+    let config = PoolConfig {
+        central: Some(format!("tcp://127.0.0.1:{port}")),
+        discover_pods: false,
+        ..PoolConfig::default()
+    };
+    let hasher = BlockKeyHasher::new(HashAlgorithm::CborFnv, BLOCK, "");
+    let index = Arc::new(RwLock::new(KvIndex::new(hasher, TierWeights::default())));
+    let pool = Arc::new(KvEventPool::new(config, index.clone(), Arc::default()));
+    let datastore = Arc::new(Datastore::new("pool"));
+    let addr: SocketAddr = format!("{POD}:8000").parse().expect("address");
+    datastore.set_endpoints(vec![Endpoint::new("pod", addr)]);
+    let _pool_task = spawn_pool(pool.clone(), datastore);
+    let mut publisher = Command::new(manifest_dir().join(".venv-vllm/bin/python"))
+        .arg(manifest_dir().join("scripts/vllm-kv-publisher.py"))
+        // A host in the endpoint: vLLM connects to it.
+        .args([format!("tcp://127.0.0.1:{port}"), String::new(), format!("kv@{POD}:8000@smol")])
+        .args([BLOCK.to_string(), "keep-publishing".into()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let stats = pool.stats().clone();
+    let endpoint = wait_until_async(Duration::from_secs(30), || {
+        let numbered = pool.endpoint_id(addr);
+        async move { numbered.is_some() }
+    })
+    .await
+    .then(|| pool.endpoint_id(addr))
+    .flatten()
+    .expect("the pool numbered the endpoint");
+    let held = HeldIndex { index, endpoint, _subscribers: Subscribers::new(pool.clone()) };
+    // What vLLM sent before its connection was up is lost (PUB drops it); prompt E keeps coming.
+    let received = wait_until_async(Duration::from_secs(30), || {
+        let done = held.held(4000..4032).is_some();
+        async move { done }
+    })
+    .await;
+    drop(publisher.stdin.take());
+    let _ = publisher.wait();
+    assert!(received, "prompt E did not arrive on the bound socket: {stats:?}");
+    assert_eq!(held.held(4000..4032), Some((2, 2.0)), "prompt E, published while connected");
+    assert_eq!((stats.malformed.get(), stats.unknown_pods.get()), (0, 0));
+    assert_eq!(pool.active_subscribers(), 0, "nothing dialled");
+}
+
 /// An engine's publisher script that has published its batches, and an epp pool about to subscribe.
 struct LateSubscriber {
     publisher: Child,
@@ -108,6 +163,7 @@ impl LateSubscriber {
             socket_port: self.socket_port,
             topic_filter: "kv@".into(),
             replay_port: Some(self.replay_port),
+            ..PoolConfig::default()
         };
         let pool = Arc::new(KvEventPool::new(config, index.clone(), Arc::default()));
         let mut subscribers = Subscribers::new(pool.clone());

@@ -10,8 +10,9 @@
 //! plugin is built inside a tokio runtime and stopped when it is dropped.
 //!
 //! llm-d's parameters load unchanged. What epp does not do yet is refused or said: `redisConfig` and
-//! `costAwareMemoryConfig` (epp's index lives in memory, every replica subscribing to every pod) and the
-//! centralised `zmqEndpoint` are errors. With `replaySocketPort`, missed events are replayed; without it
+//! `costAwareMemoryConfig` (epp's index lives in memory, every replica subscribing to every pod) are
+//! errors. A centralised `zmqEndpoint` is bound, the engines publishing to it ([`crate::kvcache`]'s
+//! central socket), beside or instead of (`discoverPods: false`) the dialled subscribers. With `replaySocketPort`, missed events are replayed; without it
 //! an endpoint's entries are dropped whenever events may have been missed. With `speculativeIndexing`,
 //! `pre_request` indexes a routed request's blocks on its target for `speculativeTTL`
 //! ([`crate::kvcache`]'s speculation), so a burst of one prompt lands together before the first event.

@@ -31,7 +31,7 @@ fn llm_d_reference_config_loads_with_its_values() {
     assert_eq!(config.tiers, TierWeights(vec![("gpu".into(), 1.0), ("cpu".into(), 0.4)]));
     assert_eq!(
         config.pool,
-        PoolConfig { socket_port: 5556, topic_filter: "kv@".into(), replay_port: Some(5559) }
+        PoolConfig { socket_port: 5556, replay_port: Some(5559), ..PoolConfig::default() }
     );
     assert_eq!(config.max_blocks, DEFAULT_MAX_BLOCKS);
     let sized = json!({"indexerConfig": {"kvBlockIndexConfig": {"inMemoryConfig": {"size": 1000}}}});
@@ -41,13 +41,17 @@ fn llm_d_reference_config_loads_with_its_values() {
     assert_eq!(defaults.hash_algorithm, HashAlgorithm::CborFnv);
     assert_eq!(defaults.pool, PoolConfig::default());
     assert_eq!(defaults.tiers, TierWeights::default());
+    // llm-d's centralised mode: epp binds, the engines connect; with discoverPods off, nothing is dialled.
+    let central = json!({"kvEventsConfig": {"zmqEndpoint": "tcp://*:5557", "discoverPods": false}});
+    let central = parse_config("p", Some(&central)).expect("zmqEndpoint").pool;
+    assert_eq!((central.central.as_deref(), central.discover_pods), (Some("tcp://0.0.0.0:5557"), false));
     let older = json!({"tokenProcessorConfig": {"blockSize": 64}});
     assert_eq!(parse_config("p", Some(&older)).expect("blockSize").block_size_tokens, 64);
 }
 
 #[test]
 fn what_epp_does_not_do_is_refused_by_name() {
-    assert_rejects(factory, json!({"kvEventsConfig": {"zmqEndpoint": "tcp://*:5557"}}), "zmqEndpoint");
+    assert_rejects(factory, json!({"kvEventsConfig": {"zmqEndpoint": "ipc:///tmp/kv"}}), "zmqEndpoint");
     assert_rejects(factory, json!({"kvEventsConfig": {"discoverPods": false}}), "discoverPods");
     assert_rejects(factory, json!({"kvEventsConfig": {"engineType": "trtllm"}}), "engineType");
     assert_rejects(factory, json!({"kvEventsConfig": {"concurrency": 0}}), "concurrency");

@@ -192,15 +192,19 @@ fn index_size(name: &str, index: KvBlockIndexParams) -> Result<usize, PluginErro
 }
 
 fn pool_config(name: &str, events: KvEventsParams) -> Result<PoolConfig, PluginError> {
-    if events.zmq_endpoint.is_some() {
+    let central = match events.zmq_endpoint.as_deref().filter(|e| !e.is_empty()) {
+        Some(endpoint) => Some(
+            crate::kvcache::bind_address(endpoint)
+                .map_err(|why| invalid(name, format!("kvEventsConfig.zmqEndpoint {why}")))?,
+        ),
+        None => None,
+    };
+    let discover_pods = events.discover_pods.unwrap_or(true);
+    if !discover_pods && central.is_none() {
         return Err(invalid(
             name,
-            "kvEventsConfig.zmqEndpoint (a centralised socket) is not supported: use discoverPods, which dials \
-             every pod",
+            "kvEventsConfig.discoverPods: false without a zmqEndpoint leaves nothing to subscribe to",
         ));
-    }
-    if events.discover_pods == Some(false) {
-        return Err(invalid(name, "kvEventsConfig.discoverPods: false leaves nothing to subscribe to"));
     }
     if let Some(engine) = events.engine_type.as_deref().filter(|e| !matches!(*e, "vllm" | "sglang")) {
         return Err(invalid(name, format!("kvEventsConfig.engineType {engine:?}: expected vllm or sglang")));
@@ -210,12 +214,6 @@ fn pool_config(name: &str, events: KvEventsParams) -> Result<PoolConfig, PluginE
     }
     let defaults = PoolConfig::default();
     let discovery = events.pod_discovery_config.unwrap_or_default();
-    if discovery.replay_socket_port.is_some_and(|p| p > 0) {
-        tracing::warn!(
-            plugin = name,
-            "replay is not implemented yet: entries are dropped when events may be lost"
-        );
-    }
     let socket_port = match discovery.socket_port {
         Some(0) => return Err(invalid(name, "kvEventsConfig.podDiscoveryConfig.socketPort must be > 0")),
         port => port.unwrap_or(defaults.socket_port),
@@ -225,5 +223,7 @@ fn pool_config(name: &str, events: KvEventsParams) -> Result<PoolConfig, PluginE
         topic_filter: events.topic_filter.unwrap_or(defaults.topic_filter),
         // 0 is llm-d's "no replay".
         replay_port: discovery.replay_socket_port.filter(|&port| port > 0),
+        discover_pods,
+        central,
     })
 }
