@@ -169,71 +169,38 @@ pub(crate) async fn a_shared_prefix_hits_vllms_prefix_cache(
     shared
 }
 
-/// epp's KV-event subscribers on both replicas' real publishers (vLLM's own ZMQ PUB, msgpack batches),
-/// feeding one index at epp's default block size of 16 tokens (vLLM's CPU blocks are 128).
-pub(crate) struct KvEventsFollower {
-    index: epp::kvcache::SharedIndex,
-    stats: std::sync::Arc<epp::kvcache::SubscriberStats>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl KvEventsFollower {
-    pub(crate) fn start(fleet: &VllmFleet) -> Self {
-        use epp::kvcache::{BlockKeyHasher, HashAlgorithm, KvIndex, Subscription, TierWeights};
-        let hasher = BlockKeyHasher::new(HashAlgorithm::CborFnv, 16, "");
-        let index = std::sync::Arc::new(std::sync::RwLock::new(KvIndex::new(hasher, TierWeights::default())));
-        let stats = std::sync::Arc::new(epp::kvcache::SubscriberStats::default());
-        let tasks = fleet
-            .kv_event_ports
-            .iter()
-            .enumerate()
-            .map(|(endpoint, port)| {
-                let subscription = Subscription {
-                    endpoint: endpoint as u32,
-                    publisher: format!("tcp://127.0.0.1:{port}"),
-                    topic_filter: "kv@".into(),
-                    default_model: MODEL.into(),
-                    replay: None,
-                };
-                tokio::spawn(epp::kvcache::run_subscriber(subscription, index.clone(), stats.clone()))
-            })
-            .collect();
-        Self { index, stats, tasks }
-    }
-
-    /// The shared prefix, tokenized by vLLM: the replica that served the repeats holds every one of its
-    /// blocks vLLM stored, by the events alone; the other holds none of it.
-    pub(crate) async fn holds_the_shared_prefix(
-        &self,
-        fleet: &VllmFleet,
-        client: &reqwest::Client,
-        shared: &str,
-    ) {
-        let tokens = vllm_tokens(fleet, client, shared).await;
-        let stored_blocks = tokens.len() as u64 / VLLM_CPU_BLOCK_SIZE * (VLLM_CPU_BLOCK_SIZE / 16);
-        let mut matches = Vec::new();
-        let found = wait_until_async(PROPAGATION_DEADLINE, || {
-            let index = self.index.read().expect("index");
-            let mut keys = Vec::new();
-            index.request_keys(MODEL, &tokens, &mut keys);
-            index.longest_prefix(&keys, &mut matches);
-            let ok = matches.len() == 1 && matches[0].blocks as u64 >= stored_blocks;
-            async move { ok }
+/// The precise epp (config/precise-prefix.yaml; both replicas publish their KV events to the socket it
+/// binds) sends a prompt to the replica whose engine reported caching its prefix. Each prefix is served by
+/// one replica directly, past both epps, so nothing but vLLM's own events can tell epp where it is.
+pub(crate) async fn precise_routing_follows_the_engines_events(fleet: &VllmFleet, client: &reqwest::Client) {
+    for (i, replica) in fleet.replicas.iter().enumerate() {
+        let prefix =
+            format!("Replica {i} keeps this context about rivers and mountains, part {i}. ").repeat(40);
+        let warm = json!({"model": MODEL, "prompt": format!("{prefix}\n\nWarm up."), "max_tokens": 1});
+        let response =
+            post_json(client, &format!("http://{}/v1/completions", replica.address()), &warm).await;
+        assert_eq!(response.status(), 200, "replica {i}");
+        read_text(response).await;
+        // At least one of vLLM's 128-token blocks, in epp's 16-token blocks.
+        let one_block = VLLM_CPU_BLOCK_SIZE / 16;
+        let body = json!({"model": MODEL, "prompt": format!("{prefix}\n\nWhich replica?"), "max_tokens": 1});
+        let address = replica.address();
+        let held = |probe: &Value, at: &str| {
+            probe_candidate(probe, at).and_then(|c| c["prefix_match_blocks"].as_u64()).unwrap_or(0)
+        };
+        let probe = wait_for_probe(client, fleet.precise.metrics_port, &body, |probe| {
+            probe["pick"]["address"] == address.as_str() && held(probe, &address) >= one_block
         })
         .await;
-        eprintln!("FIGURE KV events: {matches:?} of {} blocks, {:?}", tokens.len() / 16, self.stats);
-        assert!(
-            found,
-            "the index never held the shared prefix ({stored_blocks} blocks): {matches:?}, {:?}",
-            self.stats
-        );
-        assert_eq!(self.stats.malformed.get(), 0);
+        eprintln!("FIGURE precise: replica {i} holds {} blocks of the prefix", held(&probe, &address));
+        assert_eq!(probe["pick"]["address"], address.as_str(), "the replica that cached it: {probe:#}");
+        assert!(held(&probe, &address) >= one_block, "{probe:#}");
+        let other = fleet.replicas[1 - i].address();
+        assert_eq!(held(&probe, &other), 0, "the other replica never saw it: {probe:#}");
     }
-}
-
-impl Drop for KvEventsFollower {
-    fn drop(&mut self) {
-        self.tasks.iter().for_each(tokio::task::JoinHandle::abort);
+    let metrics = fleet.precise.metrics_text();
+    for name in ["epp_kv_cache_events_malformed_total", "epp_kv_cache_events_unknown_pods_total"] {
+        assert_eq!(metric_sum(&metrics, name, &[]).unwrap_or(0.0), 0.0, "{name}");
     }
 }
 

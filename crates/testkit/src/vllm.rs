@@ -40,7 +40,11 @@ pub struct Vllm {
 impl Vllm {
     /// Starts a replica on a free port; [`Vllm::wait_ready`] waits for it.
     pub fn start(name: &str, extra_args: &[&str]) -> Vllm {
-        let port = free_port();
+        Vllm::start_on(free_port(), name, extra_args)
+    }
+
+    /// Starts a replica on `port` (known before it starts, e.g. for its KV-event topic).
+    pub fn start_on(port: u16, name: &str, extra_args: &[&str]) -> Vllm {
         let dir = super::temp_dir("epp-vllm-");
         let log_path = dir.path().join("vllm.log");
         let log = std::fs::File::create(&log_path).expect("vllm log");
