@@ -3,7 +3,8 @@
 of crates/lab/inputs/scenarios/ and each seed, one `epp-lab` run with every config as a column, then the
 means per scenario of the prefix-cache hit rate, TTFT p90 and SLO attainment.
 
-Usage: scripts/precise-lab.py [--seeds 1,2,3,4,5] [--epp-replicas N] [--scenarios a,b] [--jobs 2] CONFIG...
+Usage: scripts/precise-lab.py [--seeds 1,2,3,4,5] [--epp-replicas N] [--scenarios a,b|FILE.yaml,…] [--jobs 2]
+CONFIG...
 Needs `cargo build --release -p epp-lab` (or EPP_LAB=path). Output: one row per scenario, with its split
 (tuning or held-out), then `hit % / TTFT p90 ms / SLO %` per config.
 """
@@ -49,7 +50,8 @@ def main() -> None:
     lab = os.environ.get("EPP_LAB", str(ROOT / "target/release/epp-lab"))
     seeds = [int(s) for s in args.seeds.split(",")]
     wanted = set(filter(None, args.scenarios.split(",")))
-    scenarios = sorted(p for p in SCENARIOS.glob("*.yaml") if not wanted or p.stem in wanted)
+    files = [Path(w) for w in wanted if w.endswith(".yaml")]
+    scenarios = files or sorted(p for p in SCENARIOS.glob("*.yaml") if not wanted or p.stem in wanted)
     jobs = [(p, s) for p in scenarios for s in seeds]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda job: run(lab, job[0], job[1], args.epp_replicas, args.configs), jobs))
