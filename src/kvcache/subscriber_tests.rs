@@ -80,6 +80,14 @@ async fn a_subscriber_indexes_what_a_zmq_publisher_sends() {
 /// A publisher's replay socket as vLLM runs one: a ROUTER answering `["", start]` with every buffered
 /// batch from `start` on (`[identity, "", topic, seq, payload]`), then the end marker.
 async fn replay_server(buffer: Vec<(u64, Vec<u8>)>) -> (String, tokio::task::JoinHandle<()>) {
+    replay_server_framed(buffer, true).await
+}
+
+/// [`replay_server`], with or without the topic frame (older vLLM and SGLang up to 0.5.15 send none).
+async fn replay_server_framed(
+    buffer: Vec<(u64, Vec<u8>)>,
+    topic: bool,
+) -> (String, tokio::task::JoinHandle<()>) {
     use zeromq::RouterSocket;
     let mut router = RouterSocket::new();
     let bound = router.bind("tcp://127.0.0.1:0").await.expect("bind").to_string();
@@ -92,7 +100,7 @@ async fn replay_server(buffer: Vec<(u64, Vec<u8>)>) -> (String, tokio::task::Joi
             let replies = buffer
                 .iter()
                 .filter(|(seq, _)| *seq >= start)
-                .map(|(seq, payload)| message(*seq, payload))
+                .map(|(seq, payload)| message(*seq, payload).split_off(usize::from(!topic)))
                 .chain([vec![Bytes::new(), Bytes::from(end), Bytes::new()]]);
             for reply in replies {
                 let mut frames = vec![identity.clone(), Bytes::new()];
@@ -136,4 +144,26 @@ async fn what_was_published_before_connecting_and_during_a_gap_is_replayed() {
     super::recover(&sub, 0, &mut sequence, &index, &stats).await;
     assert_eq!(stats.replay_failures.get(), 1);
     assert!(index.read().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn replayed_batches_without_a_topic_wait_for_a_live_one_to_name_the_model() {
+    let (replay_at, server) = replay_server_framed(vec![(0, payloads().remove(0))], false).await;
+    let mut sub = subscription("tcp://unused:1");
+    sub.replay = Some((replay_at, Arc::new(tokio::sync::Semaphore::new(1))));
+    sub.default_model = String::new();
+    let (index, stats) = (shared_index(), SubscriberStats::default());
+    let mut sequence = Sequence::default();
+    // Whose blocks they are is not known yet: nothing is applied (under no model, nothing would match).
+    let recovered = super::recover(&sub, 0, &mut sequence, &index, &stats).await;
+    assert_eq!(recovered, Recovery::NeedsTopic);
+    assert!(index.read().unwrap().is_empty());
+    assert_eq!(sequence.last_applied, None);
+    // A live message names it; the replay is done again under it.
+    assert_eq!(live_model(&message(1, b"")), Some("smol"));
+    sub.default_model = "smol".to_string();
+    assert_eq!(super::recover(&sub, 0, &mut sequence, &index, &stats).await, Recovery::Done);
+    assert_eq!(index.read().unwrap().len(), 48);
+    assert_eq!((stats.replays.get(), stats.replay_failures.get(), stats.malformed.get()), (2, 0, 0));
+    server.abort();
 }
