@@ -19,7 +19,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use zeromq::{Socket, SocketRecv, SubSocket};
 
-use super::frames::topic_model;
 use super::index::EndpointId;
 use super::pool::KvEventPool;
 use super::subscriber::{apply_message, Sequence, Subscription};
@@ -67,8 +66,7 @@ impl Pods {
             return;
         };
         // An endpoint that left and came back has a new id: its sequence starts over.
-        let stale = self.0.get(&addr).is_some_and(|(sub, _)| sub.endpoint != id);
-        if stale || !self.0.contains_key(&addr) {
+        if self.0.get(&addr).is_none_or(|(sub, _)| sub.endpoint != id) {
             if self.0.len() >= 2 * pool.endpoints_known() + 16 {
                 self.0.retain(|addr, (sub, _)| pool.endpoint_id(*addr) == Some(sub.endpoint));
             }
@@ -90,14 +88,14 @@ fn subscription(pool: &KvEventPool, endpoint: EndpointId) -> Subscription {
     }
 }
 
-/// The pod a topic names, `kv@<ip:port>@<model>`, as a serving address.
+/// The pod a topic names, `kv@<ip:port>@<model>`, as a serving address; `None` without a model segment
+/// (not llm-d's form: the model is what keys the blocks).
 pub(crate) fn topic_pod(topic: &[u8]) -> Option<SocketAddr> {
-    let topic = std::str::from_utf8(topic).ok()?;
-    let mut segments = topic.split('@');
-    let _prefix = segments.next()?;
-    let pod = segments.next()?;
-    // A pod without a model segment is not llm-d's form; the model is what keys the blocks.
-    topic_model(topic.as_bytes())?;
+    let (_prefix, rest) = std::str::from_utf8(topic).ok()?.split_once('@')?;
+    let (pod, model) = rest.split_once('@')?;
+    if model.is_empty() {
+        return None;
+    }
     pod.parse().ok()
 }
 

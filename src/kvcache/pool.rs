@@ -204,14 +204,14 @@ impl Subscribers {
             }
             let id = self.pool.next_id.fetch_add(1, Ordering::Relaxed);
             self.pool.ids_mut().insert(addr, id);
-            let subscription = Subscription {
-                endpoint: id,
-                publisher: format!("tcp://{publisher}"),
-                topic_filter: self.pool.config.topic_filter.clone(),
-                default_model: String::new(),
-                replay: replay.map(|at| (format!("tcp://{at}"), self.pool.replays.clone())),
-            };
             let task = self.pool.config.discover_pods.then(|| {
+                let subscription = Subscription {
+                    endpoint: id,
+                    publisher: format!("tcp://{publisher}"),
+                    topic_filter: self.pool.config.topic_filter.clone(),
+                    default_model: String::new(),
+                    replay: replay.map(|at| (format!("tcp://{at}"), self.pool.replays.clone())),
+                };
                 tracing::debug!(endpoint = %addr, publisher = %subscription.publisher, "KV-event subscriber started");
                 tokio::spawn(subscriber::run(subscription, self.pool.index.clone(), self.pool.stats.clone()))
             });

@@ -142,10 +142,7 @@ pub(crate) async fn both_apis_with_usage_as_vllm_counts_it(fleet: &VllmFleet, cl
 /// Eight requests sharing a ~700-token prefix, one after another through the gateway: epp sends each
 /// repeat where the prefix is cached, so vLLM's `prefix_cache_hits_total` rises by every whole block of
 /// the prefix on each of the seven repeats (one repeat sent elsewhere would miss them all).
-pub(crate) async fn a_shared_prefix_hits_vllms_prefix_cache(
-    fleet: &VllmFleet,
-    client: &reqwest::Client,
-) -> String {
+pub(crate) async fn a_shared_prefix_hits_vllms_prefix_cache(fleet: &VllmFleet, client: &reqwest::Client) {
     let shared =
         format!("{}\n\n", "You are a careful assistant who answers questions about arithmetic. ".repeat(48));
     let tokenize = format!("http://{}/tokenize", fleet.replicas[0].address());
@@ -166,7 +163,6 @@ pub(crate) async fn a_shared_prefix_hits_vllms_prefix_cache(
     let hits = settled_value(want, || fleet.replicas_sum("vllm:prefix_cache_hits_total") - hits_before).await;
     eprintln!("FIGURE shared prefix: {hits} of {} cacheable prompt tokens hit vLLM's cache", 7 * cacheable);
     assert_eq!(hits, (7 * cacheable) as f64, "every repeat hit the cache ({shared_tokens}-token prefix)");
-    shared
 }
 
 /// The precise epp (config/precise-prefix.yaml; both replicas publish their KV events to the socket it

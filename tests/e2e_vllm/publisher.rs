@@ -86,9 +86,7 @@ async fn vllms_own_publisher_connects_to_the_socket_epp_binds() {
         discover_pods: false,
         ..PoolConfig::default()
     };
-    let hasher = BlockKeyHasher::new(HashAlgorithm::CborFnv, BLOCK, "");
-    let index = Arc::new(RwLock::new(KvIndex::new(hasher, TierWeights::default())));
-    let pool = Arc::new(KvEventPool::new(config, index.clone(), Arc::default()));
+    let (pool, index) = pool_and_index(config);
     let datastore = Arc::new(Datastore::new("pool"));
     let addr: SocketAddr = format!("{POD}:8000").parse().expect("address");
     datastore.set_endpoints(vec![Endpoint::new("pod", addr)]);
@@ -103,15 +101,13 @@ async fn vllms_own_publisher_connects_to_the_socket_epp_binds() {
         .spawn()
         .expect("python");
     let stats = pool.stats().clone();
-    let endpoint = wait_until_async(Duration::from_secs(30), || {
-        let numbered = pool.endpoint_id(addr);
-        async move { numbered.is_some() }
+    let numbered = wait_until_async(Duration::from_secs(30), || {
+        let numbered = pool.endpoint_id(addr).is_some();
+        async move { numbered }
     })
-    .await
-    .then(|| pool.endpoint_id(addr))
-    .flatten()
-    .expect("the pool numbered the endpoint");
-    let held = HeldIndex { index, endpoint, _subscribers: Subscribers::new(pool.clone()) };
+    .await;
+    assert!(numbered, "the pool never numbered the endpoint");
+    let held = HeldIndex { index, endpoint: pool.endpoint_id(addr).expect("numbered") };
     // What vLLM sent before its connection was up is lost (PUB drops it); prompt E keeps coming.
     let received = wait_until_async(Duration::from_secs(30), || {
         let done = held.held(4000..4032).is_some();
@@ -131,6 +127,8 @@ struct LateSubscriber {
     publisher: Child,
     socket_port: u16,
     replay_port: u16,
+    /// The pool's subscribers, once [`LateSubscriber::replay`] started them: they live as long as this.
+    subscribers: Option<Subscribers>,
 }
 
 impl LateSubscriber {
@@ -152,20 +150,18 @@ impl LateSubscriber {
         let mut line = String::new();
         BufReader::new(publisher.stdout.take().expect("stdout")).read_line(&mut line).expect("read");
         assert_eq!(line.trim(), format!("published {batches}"), "the publisher did not start");
-        LateSubscriber { publisher, socket_port, replay_port }
+        LateSubscriber { publisher, socket_port, replay_port, subscribers: None }
     }
 
     /// Subscribes a pool to the publisher and waits until it has replayed `stored` and `removed` blocks.
     async fn replay(&mut self, stored: u64, removed: u64) -> (HeldIndex, Arc<epp::kvcache::SubscriberStats>) {
-        let hasher = BlockKeyHasher::new(HashAlgorithm::CborFnv, BLOCK, "");
-        let index = Arc::new(RwLock::new(KvIndex::new(hasher, TierWeights::default())));
         let config = PoolConfig {
             socket_port: self.socket_port,
             topic_filter: "kv@".into(),
             replay_port: Some(self.replay_port),
             ..PoolConfig::default()
         };
-        let pool = Arc::new(KvEventPool::new(config, index.clone(), Arc::default()));
+        let (pool, index) = pool_and_index(config);
         let mut subscribers = Subscribers::new(pool.clone());
         let addr: SocketAddr = format!("{POD}:8000").parse().expect("address");
         subscribers.reconcile(&[Arc::new(Endpoint::new("pod", addr))]);
@@ -177,8 +173,8 @@ impl LateSubscriber {
         .await;
         assert!(replayed, "the publisher's batches were not replayed: {stats:?}");
         let endpoint = pool.endpoint_id(addr).expect("subscribed");
-        // The subscribers stay alive (and subscribed) as long as the index is read.
-        (HeldIndex { index, endpoint, _subscribers: subscribers }, stats)
+        self.subscribers = Some(subscribers);
+        (HeldIndex { index, endpoint }, stats)
     }
 }
 
@@ -189,11 +185,17 @@ impl Drop for LateSubscriber {
     }
 }
 
+/// An empty index at epp's block size, and a pool with `config` writing it.
+fn pool_and_index(config: PoolConfig) -> (Arc<KvEventPool>, Arc<RwLock<KvIndex>>) {
+    let hasher = BlockKeyHasher::new(HashAlgorithm::CborFnv, BLOCK, "");
+    let index = Arc::new(RwLock::new(KvIndex::new(hasher, TierWeights::default())));
+    (Arc::new(KvEventPool::new(config, index.clone(), Arc::default())), index)
+}
+
 /// The index a pool built, read for one endpoint.
 struct HeldIndex {
     index: Arc<RwLock<KvIndex>>,
     endpoint: epp::kvcache::EndpointId,
-    _subscribers: Subscribers,
 }
 
 impl HeldIndex {
