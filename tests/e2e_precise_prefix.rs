@@ -29,6 +29,9 @@ fn sim_pod(ip: &str, kv_events_port: u16, kv_replay_port: u16, num_gpu_blocks: O
     let mut options = epp_sim::ServeOptions::new(MODEL);
     options.num_gpu_blocks = num_gpu_blocks;
     options.host = ip.to_string();
+    // A handed-out port, not 0: the kernel's pick for port 0 on this address could be the KV-event port
+    // handed out below but not bound yet, and the publisher's bind would then fail (address in use).
+    options.port = free_port();
     options.name_prefix = ip.to_string();
     options.time_scale = 20.0;
     options.kv_events_port = Some(kv_events_port);
