@@ -22,10 +22,13 @@ use epp::extproc::responses;
 use epp::flowcontrol::Admission;
 use epp::health::{HealthMonitor, HealthSettings};
 use epp::metrics::{MetricsRegistry, RequestLabels};
-use epp::predictor::features::Observation;
-use epp::predictor::online::{Completion as TrainingRow, HubMode, OnlineConfig, PredictorHub};
+use epp::predictor::online::{HubMode, OnlineConfig, PredictorHub};
 use epp::request::{Headers, Usage};
 use epp::scheduling::{FactoryContext, NoopObserver, PluginMetrics, Registry};
+
+#[path = "support/trained.rs"]
+mod trained;
+use trained::train;
 
 fn chat_body(bytes: usize) -> Vec<u8> {
     let sentence = "The quick brown fox \\\"jumps\\\" over the lazy dog; überraschung 日本語. ";
@@ -49,30 +52,6 @@ enum Pipeline {
     /// (4,096 tokens) instead of the routing guide's 262,144, which hashes and indexes the whole 220 KB
     /// prompt. Separates the predictor's cost from the prefix depth's.
     DefaultPrefixDepth(&'static str),
-}
-
-/// Trains the hub's predictor on synthetic completions, so the bench predicts with a 200-tree model.
-fn train(hub: &PredictorHub, streaming: bool) {
-    let Ok((_, intake)) = hub.attach(streaming) else { panic!("the config's producer attached first") };
-    for i in 0..2_000u32 {
-        let observation = Observation {
-            kv_cache_percentage: (i % 10) as f32 / 10.0,
-            input_tokens: 500 + (i * 37) % 4_000,
-            waiting: i % 7,
-            running: i % 5,
-            prefix_cache_score: (i % 4) as f32 / 4.0,
-            prefill_tokens_in_flight: u64::from(i % 11) * 300,
-            tokens_generated: 1,
-            ..Observation::default()
-        };
-        let ttft_ms = 50.0 + observation.waiting as f32 * 40.0 + observation.input_tokens as f32 * 0.05;
-        intake.record(TrainingRow {
-            observation,
-            ttft_ms: Some(ttft_ms),
-            tpot_ms: Some(10.0 + observation.running as f32),
-        });
-    }
-    assert!(hub.retrain_now(), "a model is published");
 }
 
 fn director(endpoints: usize, health: bool, pipeline: Pipeline) -> Director {

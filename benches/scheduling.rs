@@ -3,6 +3,9 @@
 //! approx-prefix-cache-producer, max-score-picker, single-profile-handler) over 100 and 1,000 endpoints
 //! with varied telemetry and a warm prefix index; and prefix hashing of an 8K-token (~32 KB) prompt.
 //!
+//! And the same decision with the recommended predicted-latency profile
+//! (config/predicted-latency-epp.yaml, a trained 200-tree model) over a pool with answers decoding.
+//!
 //! `cargo bench --bench scheduling -- --warm-up-time 1 --measurement-time 3`
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -13,7 +16,10 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criteri
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use epp::config;
 use epp::datastore::{Datastore, Endpoint, EndpointTelemetry};
+use epp::metrics::MetricsRegistry;
+use epp::predictor::online::{HubMode, OnlineConfig, PredictorHub};
 use epp::request::{ApiKind, Headers, ParsedRequest};
 use epp::scheduling::plugins::prefix_block_hashes;
 use epp::scheduling::{
@@ -88,6 +94,9 @@ fn built(registry: &Registry, ctx: &FactoryContext, type_name: &str) -> BuiltPlu
     factory(type_name, None, ctx).expect("default parameters")
 }
 
+#[path = "support/trained.rs"]
+mod trained;
+
 fn gie_default_pipeline(ctx: &FactoryContext) -> Pipeline {
     let registry = Registry::with_builtins();
     let queue = built(&registry, ctx, "queue-scorer");
@@ -122,8 +131,16 @@ fn gie_default_pipeline(ctx: &FactoryContext) -> Pipeline {
 /// A pool of `n` endpoints with varied queue and KV telemetry, a pipeline, and a prefix index warmed by
 /// routing 3 requests per prefix group through the pipeline itself.
 fn setup(n: usize) -> (Arc<Datastore>, Pipeline) {
-    let ds = Arc::new(Datastore::new("bench"));
+    let ds = pool(n);
     let ctx = FactoryContext::new(ds.clone(), PluginMetrics::detached());
+    let pipeline = gie_default_pipeline(&ctx);
+    warm(&ds, &pipeline, false);
+    (ds, pipeline)
+}
+
+/// `n` endpoints with varied queue and KV telemetry.
+fn pool(n: usize) -> Arc<Datastore> {
+    let ds = Arc::new(Datastore::new("bench"));
     let endpoints = (0..n)
         .map(|i| {
             let addr = SocketAddr::from((Ipv4Addr::new(10, 1, (i / 250) as u8, (i % 250) as u8 + 1), 8000));
@@ -142,7 +159,13 @@ fn setup(n: usize) -> (Arc<Datastore>, Pipeline) {
             ..Default::default()
         });
     }
-    let pipeline = gie_default_pipeline(&ctx);
+    ds
+}
+
+/// Routes 3 requests per prefix group through `pipeline`, so the prefix index is warm; with `streaming`,
+/// each routed request's answer has begun (response headers and a first chunk), so the endpoints have
+/// requests decoding, as in a pool under load.
+fn warm(ds: &Datastore, pipeline: &Pipeline, streaming: bool) {
     let mut rng = SmallRng::seed_from_u64(7);
     let obs = NoopObserver;
     for group in 0..PREFIX_GROUPS {
@@ -153,8 +176,13 @@ fn setup(n: usize) -> (Arc<Datastore>, Pipeline) {
             pipeline.prepare(&sreq, &mut candidates, &obs);
             let result = pipeline.schedule(&sreq, &candidates, &mut rng, &obs).expect("schedule");
             let target = result.targets()[0].clone();
+            let attrs = candidates
+                .iter()
+                .find(|c| Arc::ptr_eq(&c.endpoint, &target))
+                .map(|c| c.attrs)
+                .unwrap_or_default();
             let info = DispatchInfo {
-                dispatch_id: 0,
+                dispatch_id: group as u64 * 3 + r,
                 request_id: "warm".into(),
                 target_model: MODEL.into(),
                 fairness_id: String::new(),
@@ -164,12 +192,30 @@ fn setup(n: usize) -> (Arc<Datastore>, Pipeline) {
                 input_tokens: sreq.input_tokens,
                 estimated_tokens: sreq.estimated_tokens,
                 dispatched_at: sreq.now,
-                attrs: Default::default(),
+                attrs,
             };
             pipeline.pre_request(&sreq, &result, &info, &obs);
+            if streaming {
+                pipeline.on_response_headers(&info, Some(200), None, &mut Vec::new(), &obs);
+                pipeline.on_response_chunk(&info, b"data: {}", true, sreq.now, &obs);
+            }
         }
     }
-    (ds, pipeline)
+}
+
+/// The recommended predicted-latency profile over `n` endpoints, its predictor trained, its prefix index
+/// warm and 600 answers decoding across the pool; the hub is returned to keep the model alive.
+fn setup_predicted(n: usize) -> (Arc<Datastore>, Pipeline, PredictorHub) {
+    let ds = pool(n);
+    let registry = MetricsRegistry::new("bench");
+    let hub = PredictorHub::new(OnlineConfig::default(), registry.clone(), HubMode::Manual);
+    let ctx = FactoryContext::new(ds.clone(), PluginMetrics::register(&registry)).with_predictor(hub.clone());
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/predicted-latency-epp.yaml");
+    let text = std::fs::read_to_string(path).expect("config file");
+    let loaded = config::load(&text, &Registry::with_builtins(), &ctx).expect("config loads");
+    trained::train(&hub, true);
+    warm(&ds, &loaded.pipeline, true);
+    (ds, loaded.pipeline, hub)
 }
 
 fn bench_decision(c: &mut Criterion) {
@@ -222,6 +268,30 @@ fn bench_decision(c: &mut Criterion) {
     group.finish();
 }
 
+/// The decision with the recommended predicted-latency profile: features for every candidate, TTFT,
+/// TPOT and idle-TTFT (decode-stall) predictions, the latency scorer beside queue, KV and prefix.
+/// Issue 22's target: ≤ 100 µs at 100 endpoints, ≤ 500 µs at 1,000.
+fn bench_predicted_decision(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decision_predicted_latency");
+    for n in [100usize, 1_000] {
+        let (ds, pipeline, _hub) = setup_predicted(n);
+        let obs = NoopObserver;
+        let mut rng = SmallRng::seed_from_u64(11);
+        let mut set = CandidateSet::new();
+        for (label, req) in [("hit", Req::new(&prompt(17, 99))), ("miss", Req::new(&text(5, PROMPT_CHARS)))] {
+            group.bench_with_input(BenchmarkId::new(label, n), &n, |b, _| {
+                b.iter(|| {
+                    let sreq = req.scheduling();
+                    let candidates = set.refresh(&ds.endpoints());
+                    pipeline.prepare(&sreq, candidates, &obs);
+                    pipeline.schedule(&sreq, candidates, &mut rng, &obs).expect("schedule")
+                });
+            });
+        }
+    }
+    group.finish();
+}
+
 fn bench_prefix_hashing(c: &mut Criterion) {
     let mut group = c.benchmark_group("prefix_hash");
     let prompt = text(3, 32 * 1024); // ≈ 8K tokens at 4 chars per token
@@ -238,5 +308,5 @@ fn bench_prefix_hashing(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_decision, bench_prefix_hashing);
+criterion_group!(benches, bench_decision, bench_predicted_decision, bench_prefix_hashing);
 criterion_main!(benches);

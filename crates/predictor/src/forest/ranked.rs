@@ -39,6 +39,9 @@ pub(super) struct Ranked {
     /// Per feature, the distinct thresholds the forest splits it at, increasing, padded to 256 with NaN
     /// (which no `c ≤ x` counts), so a rank is a branch-free search of exactly 8 steps.
     cuts: Vec<[f32; 256]>,
+    /// Per feature, the first step of its rank search: half the smallest power of two above its number
+    /// of cuts (0 for a feature no split reads), so a feature with few cuts takes few steps.
+    first_steps: Vec<usize>,
     /// `n_trees × leaves` feature numbers per position (position 0 unused).
     features: Vec<u8>,
     /// `n_trees × leaves` threshold ranks per position.
@@ -74,6 +77,7 @@ impl Ranked {
                 return None;
             }
         }
+        let first_steps = cuts.iter().map(|cuts| (cuts.len() + 1).next_power_of_two() / 2).collect();
         let padded = cuts.iter().map(|cuts| {
             let mut padded = [f32::NAN; 256];
             padded[..cuts.len()].copy_from_slice(cuts);
@@ -81,7 +85,7 @@ impl Ranked {
         });
         let size = splits.len();
         let (features, ranks, values) = (vec![0; size], vec![0; size], vec![0.0; size]);
-        let mut ranked = Ranked { cuts: padded.collect(), features, ranks, values };
+        let mut ranked = Ranked { cuts: padded.collect(), first_steps, features, ranks, values };
         for (t, (tree, tree_leaves)) in
             splits.chunks_exact(n_leaves).zip(leaves.chunks_exact(n_leaves)).enumerate()
         {
@@ -126,8 +130,10 @@ impl Ranked {
         // columns[f][r]: row r's rank for feature f; features past n_features stay 0 and are never read.
         let mut columns = [[0u8; LANES]; MAX_FEATURES];
         for (r, row) in block.chunks_exact(n_features).enumerate() {
-            for ((column, &x), cuts) in columns.iter_mut().zip(row).zip(&self.cuts) {
-                column[r] = rank(cuts, x);
+            for (((column, &x), cuts), &first) in
+                columns.iter_mut().zip(row).zip(&self.cuts).zip(&self.first_steps)
+            {
+                column[r] = rank(cuts, x, first);
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -213,11 +219,15 @@ impl Ranked {
 }
 
 /// How many of `cuts` are `≤ x`: the cuts that are numbers come first and increase, and the NaN
-/// padding counts for none, so the answer is the partition point, found in 8 steps without a branch.
-fn rank(cuts: &[f32; 256], x: f32) -> u8 {
+/// padding counts for none, so the answer is the partition point, found by a branch-free search from
+/// `first` (half a power of two above the number of cuts: the search reads only the first `2·first − 1`
+/// entries, which hold every cut).
+fn rank(cuts: &[f32; 256], x: f32, first: usize) -> u8 {
     let mut i = 0usize;
-    for step in [128, 64, 32, 16, 8, 4, 2, 1] {
+    let mut step = first;
+    while step > 0 {
         i += if cuts[(i + step - 1) & 255] <= x { step } else { 0 };
+        step >>= 1;
     }
     i as u8
 }
@@ -308,13 +318,16 @@ mod tests {
 
     #[test]
     fn rank_counts_the_cuts_at_or_below_a_value() {
-        for n in [0, 1, 2, 100, 254, 255] {
+        for n in [0, 1, 2, 3, 4, 7, 8, 100, 127, 128, 254, 255] {
             let real: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
             let mut cuts = [f32::NAN; 256];
             cuts[..n].copy_from_slice(&real);
+            let first = (n + 1).next_power_of_two() / 2;
             for x in [-10.0, -3.0, -2.75, 0.0, 1.0, 49.5, 200.0, f32::INFINITY, f32::NEG_INFINITY] {
                 let expected = real.partition_point(|&c| c <= x);
-                assert_eq!(usize::from(rank(&cuts, x)), expected, "{n} cuts, x = {x}");
+                assert_eq!(usize::from(rank(&cuts, x, first)), expected, "{n} cuts, x = {x}");
+                // The full 8-step search agrees.
+                assert_eq!(usize::from(rank(&cuts, x, 128)), expected, "{n} cuts, x = {x}, 8 steps");
             }
         }
     }

@@ -14,6 +14,7 @@
 //! half (the per-endpoint running TPOT objectives, the training rows, the metrics) is in [`tracking`] and
 //! [`feedback`].
 
+mod distinct;
 mod feedback;
 mod params;
 mod stream_clock;
@@ -50,6 +51,8 @@ struct Buffers {
     phases: Vec<PhaseLoad>,
     /// The request's predicted TTFT on each candidate were it idle (`predictDecodeStall`).
     idle_ttft: Vec<f32>,
+    /// The idle rows repeat across candidates: predicted once per distinct row.
+    idle_rows: distinct::DistinctRows,
 }
 
 /// The producer: predictions in `prepare`, the request's lifecycle in the hooks.
@@ -141,7 +144,7 @@ impl PredictedLatencyProducer {
         let n = candidates.len();
         BUFFERS.with(|buffers| {
             let mut guard = buffers.borrow_mut();
-            let Buffers { rows, ttft, tpot, idle_ttft, phases } = &mut *guard;
+            let Buffers { rows, ttft, tpot, idle_ttft, phases, idle_rows } = &mut *guard;
             idle_ttft.clear();
             ttft_rows(candidates, rows, |observation| observation);
             ttft.clear();
@@ -182,7 +185,7 @@ impl PredictedLatencyProducer {
                     ..observation
                 });
                 idle_ttft.resize(n, 0.0);
-                models.ttft.predict_batch(rows, idle_ttft);
+                idle_rows.predict(&models.ttft, rows, TTFT_COLUMNS.len(), idle_ttft);
             }
             let running_tpot = self.settings.streaming.then(|| self.tracker.running());
             for (i, c) in candidates.iter_mut().enumerate() {
