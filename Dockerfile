@@ -10,8 +10,8 @@
 # packages and the release binary instead (deploy/image/Containerfile, scripts/build-image.sh).
 
 # Build stage: the workspace's pinned Cargo.lock, only the epp binary. The Rust version is at least the
-# workspace's rust-version (1.88).
-FROM rust:1.88-bookworm AS build
+# workspace's rust-version (1.89: AVX-512 intrinsics).
+FROM rust:1.89-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -10,15 +10,16 @@
 //!
 //! That scalar kernel is the fallback. Forests of depth 4 to 6 over at most 16 features with at most 255
 //! distinct thresholds per feature (every histogram-trained model) also get byte tables for the vector
-//! kernel in [`ranked`], which walks 32 NaN-free rows at a time where the CPU has AVX2: 2–4× the
-//! scalar kernel's rows per second, with bit-identical predictions.
+//! kernel in [`ranked`], which walks 32 NaN-free rows at a time where the CPU has AVX2 (2–4× the
+//! scalar kernel's rows per second), and 64 where it also has AVX-512 BW and VBMI (about 2× the AVX2
+//! kernel's; BENCHMARKS.md §5), with bit-identical predictions.
 //!
 //! The split rule is XGBoost's: `x < threshold` goes left, a missing value (NaN) goes the node's default
 //! way (dmlc/xgboost:src/predictor/predict_fn.h, `GetNextNode`). Features and thresholds are `f32`, as in
 //! XGBoost, so the comparisons are the same ones it makes.
 
 use super::error::ModelError;
-use ranked::{Ranked, LANES};
+use ranked::{Ranked, LANES, WIDE_LANES};
 
 mod ranked;
 
@@ -182,19 +183,27 @@ impl Forest {
         }
         match self.ranked.as_ref().filter(|_| Ranked::available()) {
             Some(ranked) => {
-                for (block, out) in rows.chunks(LANES * nf).zip(out.chunks_mut(LANES)) {
-                    // A short tail is cheaper as one scalar block than as a mostly empty vector one.
+                let lanes = if Ranked::wide_available() { WIDE_LANES } else { LANES };
+                for (block, out) in rows.chunks(lanes * nf).zip(out.chunks_mut(lanes)) {
+                    // A short tail is cheaper as one scalar block than as a mostly empty vector one,
+                    // and up to 32 rows as one AVX2 walk than as a half-empty 64-lane one.
                     if out.len() <= BLOCK || block.iter().any(|x| x.is_nan()) {
                         self.predict_scalar(block, out);
+                    } else if out.len() <= LANES {
+                        self.add_base(out, ranked.sums(block, nf, self.depth));
                     } else {
-                        let sums = ranked.sums(block, nf, self.depth);
-                        for (out, sum) in out.iter_mut().zip(sums) {
-                            *out = sum + self.base_score;
-                        }
+                        self.add_base(out, ranked.wide_sums(block, nf, self.depth));
                     }
                 }
             }
             None => self.predict_scalar(rows, out),
+        }
+    }
+
+    /// Each row's prediction from its sum of leaf values (lanes past `out` are dropped).
+    fn add_base<const L: usize>(&self, out: &mut [f32], sums: [f32; L]) {
+        for (out, sum) in out.iter_mut().zip(sums) {
+            *out = sum + self.base_score;
         }
     }
 

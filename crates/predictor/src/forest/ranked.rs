@@ -17,6 +17,9 @@
 
 use super::{Split, DEFAULT_LEFT};
 
+mod wide;
+pub(super) use wide::WIDE_LANES;
+
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
@@ -127,15 +130,7 @@ impl Ranked {
     /// When [`Ranked::available`] is false (a caller bug: the scalar kernel is the fallback).
     pub(super) fn sums(&self, block: &[f32], n_features: usize, depth: u32) -> [f32; LANES] {
         assert!(Self::available(), "the vector kernel needs AVX2");
-        // columns[f][r]: row r's rank for feature f; features past n_features stay 0 and are never read.
-        let mut columns = [[0u8; LANES]; MAX_FEATURES];
-        for (r, row) in block.chunks_exact(n_features).enumerate() {
-            for (((column, &x), cuts), &first) in
-                columns.iter_mut().zip(row).zip(&self.cuts).zip(&self.first_steps)
-            {
-                column[r] = rank(cuts, x, first);
-            }
-        }
+        let columns = self.columns::<LANES>(block, n_features);
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: the CPU has AVX2 (asserted above), the only requirement of the kernels.
@@ -152,6 +147,20 @@ impl Ranked {
             let _ = (depth, columns);
             unreachable!("no vector kernel on this architecture")
         }
+    }
+
+    /// `columns[f][r]`: row `r`'s rank for feature `f`, for up to `L` rows of `block`; features past
+    /// `n_features`, and rows past the block, stay 0 and are never read.
+    fn columns<const L: usize>(&self, block: &[f32], n_features: usize) -> [[u8; L]; MAX_FEATURES] {
+        let mut columns = [[0u8; L]; MAX_FEATURES];
+        for (r, row) in block.chunks_exact(n_features).enumerate() {
+            for (((column, &x), cuts), &first) in
+                columns.iter_mut().zip(row).zip(&self.cuts).zip(&self.first_steps)
+            {
+                column[r] = rank(cuts, x, first);
+            }
+        }
+        columns
     }
 
     /// [`Ranked::sums`] for trees of `LEAVES` leaves (16, 32 or 64).

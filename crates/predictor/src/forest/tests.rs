@@ -160,7 +160,7 @@ fn the_vector_kernel_predicts_bit_for_bit_what_the_scalar_one_does() {
         assert!(forest.ranked.is_some(), "{n_features} features, depth {depth}: fits the vector kernel");
         // Values on the threshold grid (ties go right), between it, infinities and both zeros.
         let special = [0.0, -0.0, 0.5, 1.0 / 64.0, f32::INFINITY, f32::NEG_INFINITY, -1.0, 2.0];
-        for n_rows in [1, 8, 9, 31, 32, 33, 100] {
+        for n_rows in [1, 8, 9, 31, 32, 33, 63, 64, 65, 100, 200] {
             let rows: Vec<f32> = (0..n_rows * n_features)
                 .map(|i| match i % 3 {
                     0 => (unit(&mut state) * 64.0).floor() / 64.0,
@@ -195,4 +195,30 @@ fn forests_outside_the_vector_kernel_keep_the_scalar_one() {
     fine.predict_batch(&rows, &mut batch);
     one.extend(rows.chunks(2).map(|row| fine.predict_one(row)));
     assert_eq!(batch, one);
+}
+
+#[test]
+fn the_64_lane_kernel_sums_what_the_32_lane_one_does() {
+    // predict_batch above runs whichever kernels this CPU has; this compares the two vector kernels
+    // directly where both run (AVX-512 BW and VBMI; elsewhere predict_batch never calls the wide one).
+    if !(Ranked::available() && Ranked::wide_available()) {
+        eprintln!("this CPU has no AVX-512 BW/VBMI: the 64-lane kernel is not used here");
+        return;
+    }
+    let mut state = 3;
+    for (n_features, depth) in [(1, 4), (3, 5), (13, 6), (16, 6)] {
+        let forest = grid_forest(&mut state, n_features, depth, 37, 64.0);
+        let ranked = forest.ranked.as_ref().expect("fits the vector kernels");
+        let rows: Vec<f32> = (0..64 * n_features).map(|_| (unit(&mut state) * 64.0).floor() / 64.0).collect();
+        let wide = ranked.wide_sums(&rows, n_features, depth);
+        let (first, second) = rows.split_at(32 * n_features);
+        let narrow: Vec<f32> = ranked
+            .sums(first, n_features, depth)
+            .into_iter()
+            .chain(ranked.sums(second, n_features, depth))
+            .collect();
+        let (wide, narrow): (Vec<u32>, Vec<u32>) =
+            (wide.iter().map(|x| x.to_bits()).collect(), narrow.iter().map(|x| x.to_bits()).collect());
+        assert_eq!(wide, narrow, "{n_features} features, depth {depth}");
+    }
 }
