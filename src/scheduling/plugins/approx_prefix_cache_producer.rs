@@ -77,9 +77,14 @@ impl Default for ApproxPrefixCacheConfig {
 }
 
 impl ApproxPrefixCacheConfig {
+    /// The per-request cap on hashed blocks, as llm-d resolves it: the token cap when set (a cap below
+    /// one block hashes nothing), else the block cap, and both 0 is the whole prompt (which the body size
+    /// limit bounds).
     fn max_blocks(&self, block_tokens: usize) -> usize {
         if self.max_prefix_tokens_to_match > 0 && block_tokens > 0 {
             self.max_prefix_tokens_to_match / block_tokens
+        } else if self.max_prefix_blocks_to_match == 0 {
+            usize::MAX
         } else {
             self.max_prefix_blocks_to_match
         }
@@ -295,12 +300,10 @@ pub(crate) fn parse_config(
     Ok(ApproxPrefixCacheConfig {
         auto_tune: p.auto_tune.unwrap_or(d.auto_tune),
         block_size_tokens: positive(name, "blockSizeTokens", p.block_size_tokens, d.block_size_tokens)?,
-        max_prefix_blocks_to_match: positive(
-            name,
-            "maxPrefixBlocksToMatch",
-            p.max_prefix_blocks_to_match,
-            d.max_prefix_blocks_to_match,
-        )?,
+        // 0 is allowed: with `maxPrefixTokensToMatch` unset or 0 too, the whole prompt is matched
+        // (llm-d/llm-d-router:pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/
+        // plugin.go, `resolveMaxBlocks`).
+        max_prefix_blocks_to_match: p.max_prefix_blocks_to_match.unwrap_or(d.max_prefix_blocks_to_match),
         max_prefix_tokens_to_match: p.max_prefix_tokens_to_match.unwrap_or(d.max_prefix_tokens_to_match),
         lru_capacity_per_server: positive(
             name,

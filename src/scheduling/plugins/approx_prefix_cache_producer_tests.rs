@@ -108,6 +108,15 @@ fn max_blocks_and_max_tokens() {
     // Tokens win over blocks when set: 80 tokens / 16 per block = 5 blocks.
     let p = producer(json!({"maxPrefixBlocksToMatch": 3, "maxPrefixTokensToMatch": 80}));
     assert_eq!(matches(&p, &f, &mut c)[0].total_blocks, 5);
+    // Both 0 is llm-d's "the whole prompt": all 10 blocks (the default cap would be 256 here too, so a
+    // prompt longer than that shows it).
+    let long = RequestFixture::with_prompt("m", &"x".repeat(64 * 300));
+    let whole = producer(json!({"maxPrefixBlocksToMatch": 0, "maxPrefixTokensToMatch": 0}));
+    assert_eq!(matches(&whole, &long, &mut c)[0].total_blocks, 300);
+    assert_eq!(matches(&producer(json!({})), &long, &mut c)[0].total_blocks, 256);
+    // A token cap below one block hashes nothing, as in llm-d.
+    let tiny = producer(json!({"maxPrefixTokensToMatch": 8}));
+    assert_eq!(matches(&tiny, &f, &mut c)[0].total_blocks, 0);
 }
 
 #[test]
@@ -192,9 +201,14 @@ fn parameters() {
         parse_config("p", Some(&json!({"blockSize": 64, "blockSizeTokens": 32}))).unwrap().block_size_tokens,
         32
     );
-    for field in ["blockSizeTokens", "maxPrefixBlocksToMatch", "lruCapacityPerServer"] {
+    for field in ["blockSizeTokens", "lruCapacityPerServer"] {
         assert_rejects(factory, json!({ field: 0 }), field);
     }
+    // A block cap of 0 is llm-d's "no block cap" (max_blocks_and_max_tokens shows the whole prompt).
+    assert_eq!(
+        parse_config("p", Some(&json!({"maxPrefixBlocksToMatch": 0}))).unwrap().max_prefix_blocks_to_match,
+        0
+    );
     assert_rejects(factory, json!({"blockSizeTokens": -1}), "blockSizeTokens");
     assert_rejects(factory, json!({"autoTune": "yes"}), "autoTune");
     assert_rejects(factory, json!({"blockSizeTokenz": 16}), "blockSizeTokenz");

@@ -44,19 +44,6 @@ pub fn prefix_block_hashes(
         _ => xxh64(target_model.as_bytes(), 0),
     };
     out.reserve(text.len().div_ceil(block_chars));
-    if block_chars <= MAX_STACK_BLOCK {
-        // One-shot hashing of `block ‖ LE64(prev)` copied together: the streaming state's set-up, buffering
-        // and digest cost ~3× the hash of a 64-byte block (request_path profile, 2026-12-06).
-        let mut buffer = [0u8; MAX_STACK_BLOCK + 8];
-        for block in text.chunks(block_chars) {
-            let len = block.len();
-            buffer[..len].copy_from_slice(block);
-            buffer[len..len + 8].copy_from_slice(&prev.to_le_bytes());
-            prev = xxh64(&buffer[..len + 8], 0);
-            out.push(prev);
-        }
-        return;
-    }
     for block in text.chunks(block_chars) {
         let mut h = Xxh64::new(0);
         h.update(block);
@@ -65,9 +52,6 @@ pub fn prefix_block_hashes(
         out.push(prev);
     }
 }
-
-/// Blocks up to this many bytes are hashed from a stack copy; larger ones stream.
-const MAX_STACK_BLOCK: usize = 1024;
 
 #[cfg(test)]
 mod tests {
@@ -129,20 +113,17 @@ mod tests {
 
     #[test]
     fn large_blocks_use_the_same_chain() {
-        // Either side of the stack copy's limit, and far above it (the streaming path).
-        let text: String = (0..5000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
-        for block_chars in [MAX_STACK_BLOCK, MAX_STACK_BLOCK + 1, 2000] {
-            let got = hashes("m", None, &text, block_chars, 10);
-            let mut prev = xxh64(b"m", 0);
-            let mut expected = Vec::new();
-            for block in text.as_bytes().chunks(block_chars) {
-                let mut data = block.to_vec();
-                data.extend_from_slice(&prev.to_le_bytes());
-                prev = xxh64(&data, 0);
-                expected.push(prev);
-            }
-            assert_eq!(got, expected, "{block_chars}-byte blocks");
+        let text = "y".repeat(5000);
+        let got = hashes("m", None, &text, 2000, 10);
+        let mut prev = xxh64(b"m", 0);
+        let mut expected = Vec::new();
+        for block in text.as_bytes().chunks(2000) {
+            let mut data = block.to_vec();
+            data.extend_from_slice(&prev.to_le_bytes());
+            prev = xxh64(&data, 0);
+            expected.push(prev);
         }
+        assert_eq!(got, expected);
     }
 
     #[test]
