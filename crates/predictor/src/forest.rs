@@ -187,7 +187,8 @@ impl Forest {
                 for (block, out) in rows.chunks(lanes * nf).zip(out.chunks_mut(lanes)) {
                     // A short tail is cheaper as one scalar block than as a mostly empty vector one,
                     // and up to 32 rows as one AVX2 walk than as a half-empty 64-lane one.
-                    if out.len() <= BLOCK || block.iter().any(|x| x.is_nan()) {
+                    // The NaN test folds rather than stops at the first: the compiler vectorises it.
+                    if out.len() <= BLOCK || block.iter().fold(false, |nan, x| nan | x.is_nan()) {
                         self.predict_scalar(block, out);
                     } else if out.len() <= LANES {
                         self.add_base(out, ranked.sums(block, nf, self.depth));
