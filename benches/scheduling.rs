@@ -12,7 +12,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BatchSize, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -224,20 +227,8 @@ fn bench_decision(c: &mut Criterion) {
         let (ds, pipeline) = setup(n);
         let obs = NoopObserver;
         let mut rng = SmallRng::seed_from_u64(11);
-        // A new request in a warm conversation group (its 12 KB system prompt is indexed), and one whose
-        // prompt the index has never seen.
-        // The server keeps each worker's candidates between decisions (`CandidateSet`), as here.
         let mut set = CandidateSet::new();
-        for (label, req) in [("hit", Req::new(&prompt(17, 99))), ("miss", Req::new(&text(5, PROMPT_CHARS)))] {
-            group.bench_with_input(BenchmarkId::new(label, n), &n, |b, _| {
-                b.iter(|| {
-                    let sreq = req.scheduling();
-                    let candidates = set.refresh(&ds.endpoints());
-                    pipeline.prepare(&sreq, candidates, &obs);
-                    pipeline.schedule(&sreq, candidates, &mut rng, &obs).expect("schedule")
-                });
-            });
-        }
+        hit_and_miss(&mut group, n, &ds, &pipeline, &mut set, &mut rng);
         // The same hit after a fifth of the endpoints were scraped since the last decision (untimed): at a
         // 50 ms scrape interval, what a worker sees 10 ms apart, i.e. at 100 decisions/s per worker.
         let req = Req::new(&prompt(17, 99));
@@ -275,21 +266,34 @@ fn bench_predicted_decision(c: &mut Criterion) {
     let mut group = c.benchmark_group("decision_predicted_latency");
     for n in [100usize, 1_000] {
         let (ds, pipeline, _hub) = setup_predicted(n);
-        let obs = NoopObserver;
         let mut rng = SmallRng::seed_from_u64(11);
-        let mut set = CandidateSet::new();
-        for (label, req) in [("hit", Req::new(&prompt(17, 99))), ("miss", Req::new(&text(5, PROMPT_CHARS)))] {
-            group.bench_with_input(BenchmarkId::new(label, n), &n, |b, _| {
-                b.iter(|| {
-                    let sreq = req.scheduling();
-                    let candidates = set.refresh(&ds.endpoints());
-                    pipeline.prepare(&sreq, candidates, &obs);
-                    pipeline.schedule(&sreq, candidates, &mut rng, &obs).expect("schedule")
-                });
-            });
-        }
+        hit_and_miss(&mut group, n, &ds, &pipeline, &mut CandidateSet::new(), &mut rng);
     }
     group.finish();
+}
+
+/// Times two decisions over `n` endpoints: a new request in a warm conversation group (its 12 KB system
+/// prompt is indexed), and one whose prompt the index has never seen. The server keeps each worker's
+/// candidates between decisions (`CandidateSet`), as here.
+fn hit_and_miss(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    n: usize,
+    ds: &Datastore,
+    pipeline: &Pipeline,
+    set: &mut CandidateSet,
+    rng: &mut SmallRng,
+) {
+    let obs = NoopObserver;
+    for (label, req) in [("hit", Req::new(&prompt(17, 99))), ("miss", Req::new(&text(5, PROMPT_CHARS)))] {
+        group.bench_with_input(BenchmarkId::new(label, n), &n, |b, _| {
+            b.iter(|| {
+                let sreq = req.scheduling();
+                let candidates = set.refresh(&ds.endpoints());
+                pipeline.prepare(&sreq, candidates, &obs);
+                pipeline.schedule(&sreq, candidates, rng, &obs).expect("schedule")
+            });
+        });
+    }
 }
 
 fn bench_prefix_hashing(c: &mut Criterion) {

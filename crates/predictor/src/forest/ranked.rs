@@ -40,7 +40,7 @@ const MAX_CUTS: usize = 255;
 #[derive(Debug, Clone)]
 pub(super) struct Ranked {
     /// Per feature, the distinct thresholds the forest splits it at, increasing, padded to 256 with NaN
-    /// (which no `c ≤ x` counts), so a rank is a branch-free search of exactly 8 steps.
+    /// (which no `c ≤ x` counts), so a rank is a branch-free search of at most 8 steps.
     cuts: Vec<[f32; 256]>,
     /// Per feature, the first step of its rank search: half the smallest power of two above its number
     /// of cuts (0 for a feature no split reads), so a feature with few cuts takes few steps.
