@@ -1,9 +1,9 @@
 //! Predicting a batch whose rows repeat, once per distinct row.
 //!
 //! The decode-stall axis predicts the request's TTFT on each candidate were it idle: every load feature
-//! zeroed, so two candidates' rows differ only in their prefix match, pod type and accelerator class. Across a
-//! pool most candidates share both (no match, one class), and a 100-candidate batch holds a handful of
-//! distinct rows. The forest is deterministic per row (the vector and scalar kernels agree bit for bit),
+//! zeroed, so two candidates' rows differ only in their prefix match, pod type and accelerator class.
+//! Across a pool most candidates share all three (no match, one type, one class), and a 100-candidate
+//! batch holds a handful of distinct rows. The forest is deterministic per row (the vector and scalar kernels agree bit for bit),
 //! so predicting the distinct rows and copying gives exactly the full batch's answer.
 
 use std::collections::HashMap;
@@ -103,7 +103,8 @@ mod tests {
     #[test]
     fn repeated_rows_get_the_full_batchs_predictions() {
         let model = model();
-        // 40 rows from 4 distinct ones in runs of 3 (neighbours alike, and not), NaN (a missing value) among them.
+        // 40 rows from 4 distinct ones in runs of 3 (neighbours alike, and not), NaN (a missing value)
+        // among them.
         let shapes = [[0.0, 0.0], [2.0, 1.0], [2.0, 9.0], [f32::NAN, 9.0]];
         let rows: Vec<f32> = (0..40).flat_map(|i| shapes[(i / 3 * 7) % 4]).collect();
         let mut full = vec![0.0; 40];
