@@ -7,9 +7,10 @@
 //! so predicting the distinct rows and copying gives exactly the full batch's answer.
 
 use std::collections::HashMap;
+use std::hash::Hasher;
 
 use crate::predictor::online::Model;
-use crate::scheduling::plugins::endpoint_key::IntBuildHasher;
+use crate::scheduling::plugins::endpoint_key::{IntBuildHasher, IntHasher};
 
 /// Reused buffers for [`DistinctRows::predict`]: no allocation per request once warm.
 #[derive(Default)]
@@ -66,12 +67,14 @@ impl DistinctRows {
     }
 }
 
-/// The row's values as bits, folded: equal rows (bit for bit) have equal digests.
+/// The row's values as bits through the plugins' folded-multiply hasher: equal rows (bit for bit) have
+/// equal digests.
 fn digest(row: &[f32]) -> u64 {
-    row.iter().fold(0x9E37_79B9_7F4A_7C15u64, |h, x| {
-        let product = u128::from(h ^ u64::from(x.to_bits())) * 0xFF51_AFD7_ED55_8CCD;
-        (product as u64) ^ ((product >> 64) as u64)
-    })
+    let mut hasher = IntHasher::default();
+    for x in row {
+        hasher.write_u64(u64::from(x.to_bits()));
+    }
+    hasher.finish()
 }
 
 /// Whether distinct row `index` is `row`, bit for bit (NaN included).
