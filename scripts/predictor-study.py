@@ -48,6 +48,9 @@ def feature_sets(c):
         "without the stream's step": llmd,
         "epp today": base,
         "+ prefill ahead incl. own": base + [c["obs_prefill_tokens_in_flight"] + uncached],
+        "+ that, and that x the last step": base + [c["obs_prefill_tokens_in_flight"] + uncached,
+                                                    (c["obs_prefill_tokens_in_flight"] + uncached)
+                                                    * c["obs_last_step_ms"]],
         "+ true cached tokens": base + [true_uncached],
         "+ engine's true waiting/running": base + [c["engine_waiting"], c["engine_running"]],
         "+ engine's backlog by phase": base + [c["engine_prefill_tokens"] + true_uncached,
