@@ -172,5 +172,44 @@ fn local_tokenizer(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, ingestion, lookup, memory, local_tokenizer);
+/// token-producer's in-process chat template on the same model (its chat_template.jinja), for a chat of
+/// about 8,000 tokens (a system prompt and six turns): the template alone, and the template with the
+/// tokenizer, which is what a chat request costs in place of a render round trip.
+fn chat_template(c: &mut Criterion) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".vllm-model");
+    let loaded = epp::kvcache::LocalTokenizer::load(&dir.join("tokenizer.json"))
+        .ok()
+        .zip(epp::kvcache::ChatTemplate::load(&dir.join("tokenizer_config.json"), None).ok());
+    let Some((tokenizer, template)) = loaded else {
+        eprintln!("kvcache_chat: no {} (make vllm): not measured", dir.display());
+        return;
+    };
+    let sentence = "The quick brown fox jumps over the lazy dog, again and again. ";
+    let mut messages = vec![serde_json::json!({"role": "system", "content": sentence.repeat(300)})];
+    for turn in 0..6 {
+        let role = if turn % 2 == 0 { "user" } else { "assistant" };
+        messages.push(serde_json::json!({"role": role, "content": sentence.repeat(47)}));
+    }
+    let body = serde_json::json!({"model": "smol", "messages": messages}).to_string();
+    let Ok(epp::kvcache::ChatPrompt::Text(text)) = template.render(body.as_bytes()) else {
+        eprintln!("kvcache_chat: the chat does not render in process: not measured");
+        return;
+    };
+    let tokens = tokenizer.encode_rendered(&text).map_or(0, |ids| ids.len());
+    let mut group = c.benchmark_group("kvcache_chat");
+    group.bench_function(format!("smollm2_{tokens}_tokens_template"), |b| {
+        b.iter(|| template.render(black_box(body.as_bytes())));
+    });
+    group.bench_function(format!("smollm2_{tokens}_tokens_template_and_tokenizer"), |b| {
+        b.iter(|| match template.render(black_box(body.as_bytes())) {
+            Ok(epp::kvcache::ChatPrompt::Text(text)) => {
+                tokenizer.encode_rendered(&text).map(|ids| ids.len()).ok()
+            }
+            _ => None,
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, ingestion, lookup, memory, local_tokenizer, chat_template);
 criterion_main!(benches);

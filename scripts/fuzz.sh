@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzing campaign: each target in FUZZ_TARGETS (default: all five) runs FUZZ_RUNS executions (default
+# Fuzzing campaign: each target in FUZZ_TARGETS (default: all of them) runs FUZZ_RUNS executions (default
 # 10,000,000) under libFuzzer (cargo-fuzz, nightly, no sanitizer: epp has no unsafe code, and debug
 # assertions stay on so integer overflow panics), starting from and growing crates/fuzz/corpus/<target>;
 # the grown corpus is then minimised (a libFuzzer merge on edge coverage) so that the checked-in corpus
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 FUZZ_RUNS=${FUZZ_RUNS:-10000000}
-FUZZ_TARGETS=${FUZZ_TARGETS:-"metrics_text openai_request sse_usage config_loader extproc_stream kv_events"}
+FUZZ_TARGETS=${FUZZ_TARGETS:-"metrics_text openai_request sse_usage config_loader extproc_stream kv_events chat_template"}
 FUZZ_MAX_LEN=${FUZZ_MAX_LEN:-8192}
 FUZZ_DIR=crates/fuzz/libfuzzer
 LOG_DIR=${LOG_DIR:-target/fuzz-logs}

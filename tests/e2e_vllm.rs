@@ -10,7 +10,8 @@
 //! config/precise-prefix.yaml and the replicas' KV events published to the socket it binds
 //! (`zmqEndpoint`), sends a prompt to the replica whose engine reported caching it, and to no other;
 //! vLLM's own errors pass through; epp's in-process tokenizer (the model's tokenizer.json) gives the token
-//! ids vLLM's `/tokenize` gives. And, without an engine, vLLM's and SGLang's own publisher classes replay
+//! ids vLLM's `/tokenize` gives, and its in-process chat template (the model's own) the ids vLLM renders
+//! for chats. And, without an engine, vLLM's and SGLang's own publisher classes replay
 //! to a subscriber that connects late (e2e_vllm/publisher.rs).
 //!
 //! What a real cluster would add: GPU timing and KV pressure (1 GiB of KV cache here, 364 blocks), many
@@ -98,16 +99,22 @@ impl VllmFleet {
     }
 }
 
-/// config/precise-prefix.yaml for the replicas: the model's own tokenizer in process (render as the
-/// fallback, on the first replica), the KV events on a socket epp binds instead of dialled pods.
+/// config/precise-prefix.yaml for the replicas: the model's own tokenizer and chat template in process
+/// (render as the fallback, on the first replica), the KV events on a socket epp binds instead of dialled
+/// pods.
 fn precise_config(render: &str, kv_events_port: u16) -> String {
     let shipped = include_str!("../config/precise-prefix.yaml");
     let tokenizer = manifest_dir().join(".vllm-model/tokenizer.json");
+    let tokenizer_config = manifest_dir().join(".vllm-model/tokenizer_config.json");
     let replacements = [
         ("meta-llama/Llama-3.1-8B-Instruct", MODEL.to_string()),
         (
             "    vllm:\n      url: \"http://render:8000\"",
-            format!("    tokenizerFile: {}\n    vllm:\n      url: \"http://{render}\"", tokenizer.display()),
+            format!(
+                "    tokenizerFile: {}\n    tokenizerConfigFile: {}\n    vllm:\n      url: \"http://{render}\"",
+                tokenizer.display(),
+                tokenizer_config.display()
+            ),
         ),
         (
             "      discoverPods: true\n      podDiscoveryConfig:\n        socketPort: 5557\n        replaySocketPort: 5558",
@@ -132,4 +139,5 @@ async fn epp_in_front_of_real_vllm() {
     phases::precise_routing_follows_the_engines_events(&fleet, &client).await;
     phases::vllms_errors_pass_through(&fleet, &client).await;
     phases::in_process_tokens_are_vllms(&fleet, &client).await;
+    phases::in_process_chat_tokens_are_vllms(&fleet, &client).await;
 }

@@ -3,10 +3,10 @@
 //! run), so a completions request costs no network round trip.
 //!
 //! What it covers, and why: a completions `prompt` given as a string (tokenized with the tokenizer's
-//! special tokens, as vLLM's `/v1/completions` does by default) or as token ids (used as they are). Chat
-//! requests are not tokenized here: their tokens depend on the model's chat template (a Jinja program,
-//! with tools and generation prompts), and only the engine's own renderer applies it exactly, so chat goes
-//! to render (`vllm.url`), or gets no token ids when none is configured.
+//! special tokens, as vLLM's `/v1/completions` does by default) or as token ids (used as they are); and a
+//! chat prompt that [`super::chat_template`] rendered (tokenized as it is: the template wrote its special
+//! tokens). A chat request the template cannot render exactly goes to render (`vllm.url`), or gets no
+//! token ids when none is configured.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -55,6 +55,14 @@ impl LocalTokenizer {
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
         let encoding =
             self.tokenizer.encode(text, true).map_err(|e| LocalTokensError::Encode(e.to_string()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The token ids of `text` as it is: a rendered chat prompt, whose template wrote its special tokens
+    /// (what transformers' `apply_chat_template` does, `add_special_tokens=False`).
+    pub fn encode_rendered(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
+        let encoding =
+            self.tokenizer.encode(text, false).map_err(|e| LocalTokensError::Encode(e.to_string()))?;
         Ok(encoding.get_ids().to_vec())
     }
 }

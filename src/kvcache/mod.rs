@@ -12,13 +12,16 @@
 //! - [`central`]: or one socket epp binds, which every engine publishes to (`zmqEndpoint`).
 //! - `speculation`: a routed request's blocks held by its target until the engine confirms them.
 //! - [`render`] and [`local_tokens`]: a request's token ids, from the engine's `render` endpoints
-//!   (llm-d's `token-producer`) or an in-process tokenizer.
+//!   (llm-d's `token-producer`) or an in-process tokenizer; [`chat_template`] renders chat requests'
+//!   prompts in process for it.
 //!
 //! The plugins that read the index are `precise-prefix-cache-producer` and `token-producer`
 //! (`scheduling::plugins`).
 
 mod block_keys;
 mod central;
+mod chat_json;
+mod chat_template;
 mod events;
 mod frames;
 mod index;
@@ -36,6 +39,7 @@ mod tiers;
 
 pub use block_keys::{BlockKeyHasher, HashAlgorithm};
 pub(crate) use central::bind_address;
+pub use chat_template::{ChatPrompt, ChatTemplate, ChatTemplateError, ContentFormat};
 pub use events::{decode_batch, BlockStored, DecodeError, EventBatch, KvEvent};
 pub use frames::{
     parse_live, parse_replay, replay_request, topic_model, FrameError, LiveMessage, ReplayMessage,

@@ -194,6 +194,7 @@ pub(crate) async fn precise_routing_follows_the_engines_events(fleet: &VllmFleet
         let other = fleet.replicas[1 - i].address();
         assert_eq!(held(&probe, &other), 0, "the other replica never saw it: {probe:#}");
     }
+    precise_chat_routing_renders_in_process(fleet, client).await;
     let metrics = fleet.precise.metrics_text();
     for name in ["epp_kv_cache_events_malformed_total", "epp_kv_cache_events_unknown_pods_total"] {
         assert_eq!(metric_sum(&metrics, name, &[]).unwrap_or(0.0), 0.0, "{name}");
@@ -234,6 +235,90 @@ pub(crate) async fn in_process_tokens_are_vllms(fleet: &VllmFleet, client: &reqw
         assert_eq!(ours, vllm, "in-process tokens differ from vLLM's for {prompt:?}");
         eprintln!("FIGURE tokens: {} tokens equal; vLLM /tokenize round trip {round_trip:?}", ours.len());
     }
+}
+
+/// The same for chat: a conversation served by one replica directly, then probed with one more turn. The
+/// precise epp renders the chat template itself (`tokenizerConfigFile`) and finds the replica whose engine
+/// cached the rendered prefix. Only the template can give it the ids: its render fallback, the first
+/// replica, does not serve `/v1/chat/completions/render` (vLLM serves it with `--enable-scale-out`).
+async fn precise_chat_routing_renders_in_process(fleet: &VllmFleet, client: &reqwest::Client) {
+    for (i, replica) in fleet.replicas.iter().enumerate() {
+        let system =
+            format!("Replica {i} is the one that remembers this long briefing, item {i}. ").repeat(40);
+        let turn = |question: &str| {
+            json!({"model": MODEL, "max_tokens": 1, "messages": [
+                {"role": "system", "content": system}, {"role": "user", "content": question}]})
+        };
+        let url = format!("http://{}/v1/chat/completions", replica.address());
+        let response = post_json(client, &url, &turn("Warm up.")).await;
+        assert_eq!(response.status(), 200, "replica {i}");
+        read_text(response).await;
+        let address = replica.address();
+        let held = |probe: &Value, at: &str| {
+            probe_candidate(probe, at).and_then(|c| c["prefix_match_blocks"].as_u64()).unwrap_or(0)
+        };
+        let one_block = VLLM_CPU_BLOCK_SIZE / 16;
+        let probe = wait_for_probe(client, fleet.precise.metrics_port, &turn("Which replica?"), |probe| {
+            probe["pick"]["address"] == address.as_str() && held(probe, &address) >= one_block
+        })
+        .await;
+        eprintln!(
+            "FIGURE precise chat: replica {i} holds {} blocks of the conversation",
+            held(&probe, &address)
+        );
+        assert_eq!(probe["pick"]["address"], address.as_str(), "the replica that cached it: {probe:#}");
+        assert_eq!(held(&probe, &fleet.replicas[1 - i].address()), 0, "{probe:#}");
+    }
+}
+
+/// `token-producer`'s in-process chat template (the model's tokenizer_config.json and the
+/// chat_template.jinja beside it, which vLLM loads too) gives exactly the ids vLLM's own chat rendering
+/// gives (`/tokenize` with `messages`: the code path of `/v1/chat/completions`) for chats of every shape
+/// it renders, and leaves to render what it cannot render exactly.
+pub(crate) async fn in_process_chat_tokens_are_vllms(fleet: &VllmFleet, client: &reqwest::Client) {
+    let model = manifest_dir().join(".vllm-model");
+    let tokenizer =
+        epp::kvcache::LocalTokenizer::load(&model.join("tokenizer.json")).expect("tokenizer loads");
+    let template = epp::kvcache::ChatTemplate::load(&model.join("tokenizer_config.json"), None)
+        .expect("the model's chat template loads");
+    let long = "Summarise this, please. ".repeat(200);
+    let chats = [
+        json!({"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello, world!"}]}),
+        json!({"messages": [{"role": "user", "content": "  leading spaces, émojis 🍜 and ünïcödé\n\tnew lines"},
+            {"role": "assistant", "content": "Noted."}, {"role": "user", "content": long}]}),
+        json!({"messages": [{"role": "user", "content": "no generation prompt"}], "add_generation_prompt": false}),
+        json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "two"}, {"type": "text", "text": "parts"}]}]}),
+        json!({"messages": [{"role": "user", "content": "named", "name": "ann"}], "temperature": 0.5, "stream": true}),
+    ];
+    for chat in &chats {
+        let mut body = chat.clone();
+        body["model"] = json!(MODEL);
+        let started = std::time::Instant::now();
+        let rendered = template.render(body.to_string().as_bytes()).expect("renders");
+        let epp::kvcache::ChatPrompt::Text(text) = rendered else {
+            panic!("{chat} was left to render: {rendered:?}")
+        };
+        let ours = tokenizer.encode_rendered(&text).expect("encodes");
+        let in_process = started.elapsed();
+        let url = format!("http://{}/tokenize", fleet.replicas[0].address());
+        let started = std::time::Instant::now();
+        let answer = read_json(post_json(client, &url, &body).await).await;
+        let round_trip = started.elapsed();
+        let vllm: Vec<u32> = answer["tokens"]
+            .as_array()
+            .unwrap_or_else(|| panic!("/tokenize: {answer}"))
+            .iter()
+            .filter_map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+            .collect();
+        assert_eq!(ours, vllm, "in-process chat tokens differ from vLLM's for {chat}");
+        eprintln!(
+            "FIGURE chat tokens: {} tokens equal; in process {in_process:?} (a debug build), vLLM round trip {round_trip:?}",
+            ours.len()
+        );
+    }
+    let tools = json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": []});
+    let left = template.render(tools.to_string().as_bytes()).expect("renders");
+    assert_eq!(left, epp::kvcache::ChatPrompt::NeedsRender("tools"));
 }
 
 /// `prompt`'s token ids as the first replica's `/tokenize` gives them (special tokens included).

@@ -1,6 +1,6 @@
 //! Fuzz targets for every surface of epp that reads bytes it does not control: the `/metrics` pages of
 //! model servers, OpenAI request bodies, response bodies (SSE and JSON `usage`), configuration files,
-//! Envoy's ext_proc message sequences, and the engines' KV-cache events.
+//! Envoy's ext_proc message sequences, the engines' KV-cache events, and chat bodies rendered by a chat template.
 //!
 //! Each target is one function over `&[u8]` that must never panic and checks the invariants its surface
 //! promises (an `assert!` that fails is a finding, like a crash). The same functions run in two places:
@@ -8,6 +8,7 @@
 //! - `cargo test`, which replays every input of the checked-in corpora (`crates/fuzz/corpus/<target>/`)
 //!   plus the seeds of [`seeds`], so what a fuzzing campaign found stays covered on stable in `make test`.
 
+pub mod chat_template;
 pub mod config_loader;
 pub mod extproc_stream;
 pub mod frames;
@@ -28,4 +29,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("config_loader", config_loader::run),
     ("extproc_stream", extproc_stream::run),
     ("kv_events", kv_events::run),
+    ("chat_template", chat_template::run),
 ];

@@ -34,8 +34,24 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "config_loader" => CONFIGS.iter().map(|c| c.as_bytes().to_vec()).collect(),
         "extproc_stream" => extproc_stream(),
         "kv_events" => kv_events(),
+        "chat_template" => chat_template(),
         _ => Vec::new(),
     }
+}
+
+/// Chat bodies of every shape the in-process template renders or leaves to render, for each template.
+fn chat_template() -> Vec<Vec<u8>> {
+    let bodies = [
+        r#"{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi there"}]}"#,
+        r#"{"messages":[{"role":"user","content":[{"type":"text","text":" a b "},{"type":"text","text":""}],"name":"ann"}],"add_generation_prompt":false}"#,
+        r#"{"messages":[{"role":"assistant","content":null},{"role":"user","content":"x y"}],"tools":null}"#,
+        r#"{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]}"#,
+        r#"{"messages":[{"role":"tool","content":"r","tool_call_id":"1"}]}"#,
+        r#"{"messages":[]}"#,
+    ];
+    (0..4u8)
+        .flat_map(|selector| bodies.iter().map(move |body| [&[selector][..], body.as_bytes()].concat()))
+        .collect()
 }
 
 /// Real vLLM 0.32 batches (tests/fixtures/vllm-real-kv-events.txt), as payloads and as live and replayed

@@ -63,6 +63,11 @@ fn kv_events_corpus() {
 }
 
 #[test]
+fn chat_template_corpus() {
+    replay("chat_template");
+}
+
+#[test]
 fn every_target_has_a_corpus_and_a_replay_test() {
     let this = include_str!("replay.rs");
     for (target, _) in epp_fuzz::TARGETS {

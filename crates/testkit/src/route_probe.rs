@@ -7,9 +7,11 @@ use serde_json::Value;
 
 use super::{post_json, read_json, PROPAGATION_DEADLINE};
 
-/// The probe's answer for `body` sent to `/v1/completions` through epp's metrics port.
+/// The probe's answer for `body` sent through epp's metrics port to `/v1/chat/completions` when it has
+/// `messages`, else to `/v1/completions`.
 pub async fn route_probe(client: &reqwest::Client, metrics_port: u16, body: &Value) -> Value {
-    let url = format!("http://127.0.0.1:{metrics_port}/debug/route/v1/completions");
+    let api = if body.get("messages").is_some() { "/v1/chat/completions" } else { "/v1/completions" };
+    let url = format!("http://127.0.0.1:{metrics_port}/debug/route{api}");
     read_json(post_json(client, &url, body).await).await
 }
 

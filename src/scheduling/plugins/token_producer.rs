@@ -8,8 +8,10 @@
 //! Unix socket) is refused with an error saying to use `vllm`.
 //!
 //! Beyond llm-d: `tokenizerFile` (the model's `tokenizer.json`) tokenizes completions prompts in process
-//! ([`crate::kvcache::LocalTokenizer`]; chat still goes to render, which alone applies the chat template
-//! exactly), and a prompt given as token ids is used as it is, with no call at all.
+//! ([`crate::kvcache::LocalTokenizer`]); with `tokenizerConfigFile` (its `tokenizer_config.json`) chat
+//! prompts are rendered from the model's chat template in process too ([`crate::kvcache::ChatTemplate`]),
+//! and only what the template cannot render exactly goes to render; a prompt given as token ids is used
+//! as it is, with no call at all.
 
 use std::sync::Arc;
 
@@ -17,7 +19,10 @@ use futures::future::BoxFuture;
 use serde::Deserialize;
 
 use super::param_checks;
-use crate::kvcache::{completions_prompt, LocalTokenizer, Prompt, RenderApi, RenderClient, RenderConfig};
+use crate::kvcache::{
+    completions_prompt, ChatPrompt, ChatTemplate, ContentFormat, LocalTokenizer, Prompt, RenderApi,
+    RenderClient, RenderConfig,
+};
 use crate::request::ApiKind;
 use crate::scheduling::{
     parse_params, BuiltPlugin, FactoryContext, KvCacheMetrics, PluginError, SchedulingRequest, TokenProducer,
@@ -35,6 +40,11 @@ struct Params {
     estimate: Option<serde_json::Value>,
     /// epp's own: the model's `tokenizer.json`, for completions prompts.
     tokenizer_file: Option<String>,
+    /// epp's own: the model's `tokenizer_config.json` (its chat template and special tokens), for chat
+    /// prompts; needs `tokenizerFile`.
+    tokenizer_config_file: Option<String>,
+    /// epp's own: `auto` (default), `string` or `openai`, as vLLM's `--chat-template-content-format`.
+    chat_template_content_format: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -55,6 +65,7 @@ struct VllmParams {
 pub(crate) struct RequestTokenizer {
     client: Option<RenderClient>,
     local: Option<LocalTokenizer>,
+    chat: Option<Arc<ChatTemplate>>,
     metrics: Arc<KvCacheMetrics>,
 }
 
@@ -62,6 +73,9 @@ impl RequestTokenizer {
     /// A completions prompt's ids without a network call: given as ids, or tokenized in process (off the
     /// async workers: an 8k-token prompt takes milliseconds). `None` leaves the request to render.
     async fn local_ids(&self, req: &SchedulingRequest<'_>) -> Option<Result<Vec<u32>, String>> {
+        if req.parsed?.api == ApiKind::ChatCompletions {
+            return self.chat_ids(req).await;
+        }
         match completions_prompt(req.parsed?, req.body)? {
             Prompt::TokenIds(ids) => Some(Ok(ids)),
             Prompt::Text(text) => {
@@ -73,6 +87,36 @@ impl RequestTokenizer {
                     Err(e) => Err(e.to_string()),
                 })
             }
+        }
+    }
+}
+
+impl RequestTokenizer {
+    /// A chat prompt's ids from the model's chat template, off the async workers. `None` leaves the
+    /// request to render: no template, a request only the engine renders exactly, or (with a render
+    /// client, the authority) a template error.
+    async fn chat_ids(&self, req: &SchedulingRequest<'_>) -> Option<Result<Vec<u32>, String>> {
+        let (chat, tokenizer) = (self.chat.clone()?, self.local.clone()?);
+        let body = bytes::Bytes::copy_from_slice(req.body);
+        let rendered = tokio::task::spawn_blocking(move || match chat.render(&body) {
+            Ok(ChatPrompt::Text(text)) => {
+                tokenizer.encode_rendered(&text).map(Some).map_err(|e| e.to_string())
+            }
+            Ok(ChatPrompt::NeedsRender(reason)) => {
+                tracing::trace!(reason, "chat request left to render");
+                Ok(None)
+            }
+            Err(e) => Err(e.to_string()),
+        })
+        .await;
+        match rendered {
+            Ok(Ok(ids)) => ids.map(Ok),
+            Ok(Err(error)) if self.client.is_some() => {
+                tracing::debug!(request_id = req.request_id, %error, "chat template failed; asking render");
+                None
+            }
+            Ok(Err(error)) => Some(Err(error)),
+            Err(error) => Some(Err(error.to_string())),
         }
     }
 }
@@ -165,9 +209,45 @@ pub(crate) fn factory(
                 .map_err(|e| err(format!("parameter `tokenizerFile`: {e}")))?,
         ),
     };
-    tracing::debug!(plugin = name, model = ?p.model_name, render = client.is_some(), local = local.is_some(), "token producer");
-    let producer = Arc::new(RequestTokenizer { client, local, metrics: ctx.metrics.kv_cache.clone() });
+    let chat = chat_template(
+        p.tokenizer_config_file.as_deref(),
+        p.chat_template_content_format.as_deref(),
+        local.is_some(),
+    )
+    .map_err(err)?;
+    tracing::debug!(plugin = name, model = ?p.model_name, render = client.is_some(), local = local.is_some(), chat = chat.is_some(), "token producer");
+    let producer = Arc::new(RequestTokenizer { client, local, chat, metrics: ctx.metrics.kv_cache.clone() });
     Ok(BuiltPlugin::new(TYPE_NAME, name).token_producer(producer))
+}
+
+/// The chat template of `tokenizerConfigFile`, with its content format.
+fn chat_template(
+    config: Option<&str>,
+    format: Option<&str>,
+    has_tokenizer: bool,
+) -> Result<Option<Arc<ChatTemplate>>, String> {
+    let format = match format {
+        None | Some("auto") => None,
+        Some("string") => Some(ContentFormat::String),
+        Some("openai") => Some(ContentFormat::OpenAi),
+        Some(other) => {
+            return Err(format!(
+                "parameter `chatTemplateContentFormat`: {other:?} is not one of auto, string, openai"
+            ))
+        }
+    };
+    let Some(path) = config else {
+        if format.is_some() {
+            return Err("parameter `chatTemplateContentFormat` needs `tokenizerConfigFile`".into());
+        }
+        return Ok(None);
+    };
+    if !has_tokenizer {
+        return Err("parameter `tokenizerConfigFile` needs `tokenizerFile` (the template's text is tokenized in process)".into());
+    }
+    ChatTemplate::load(std::path::Path::new(path), format)
+        .map(|template| Some(Arc::new(template)))
+        .map_err(|e| format!("parameter `tokenizerConfigFile`: {e}"))
 }
 
 #[cfg(test)]
@@ -199,5 +279,41 @@ mod tests {
         );
         assert_rejects(factory, json!({"tokenizerFile": "/nonexistent/tokenizer.json"}), "tokenizerFile");
         assert_rejects(factory, json!({"udsTokenizerConfig": {}}), "udsTokenizerConfig");
+    }
+
+    #[tokio::test]
+    async fn chat_prompts_are_rendered_from_the_template_and_what_it_cannot_render_is_left_to_render() {
+        let file = local_tokens_test_file();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("tokenizer_config.json");
+        let template = r#"{"chat_template": "{% for m in messages %}{{ m.content }} {% endfor %}again"}"#;
+        std::fs::write(&config, template).expect("write");
+        let (tokenizer, config) = (file.path().to_str().expect("utf-8"), config.to_str().expect("utf-8"));
+        let params = json!({"tokenizerFile": tokenizer, "tokenizerConfigFile": config});
+        let context = ctx();
+        let producer =
+            factory("p", Some(&params), &context).expect("builds").token_producer.expect("producer");
+        let chat = |messages: &str| {
+            let mut fixture = RequestFixture::with_prompt("m", messages);
+            fixture.parsed.api = crate::request::ApiKind::ChatCompletions;
+            fixture.body = format!(r#"{{"model":"m","messages":{messages}}}"#).into_bytes();
+            fixture
+        };
+        let plain = chat(r#"[{"role":"user","content":"hello"},{"role":"assistant","content":"world"}]"#);
+        assert_eq!(producer.tokenize(&plain.request()).await, Some(vec![1, 2, 3]));
+        let tool = chat(r#"[{"role":"tool","content":"hello","tool_call_id":"1"}]"#);
+        assert_eq!(producer.tokenize(&tool.request()).await, None, "no render client to ask");
+        let metrics = &context.metrics.kv_cache;
+        assert_eq!((metrics.token_local.get(), metrics.token_failures.get()), (1, 1));
+
+        let rejects = |params, field| assert_rejects(factory, params, field);
+        rejects(json!({"tokenizerConfigFile": config}), "tokenizerFile");
+        rejects(
+            json!({"tokenizerFile": tokenizer, "tokenizerConfigFile": "/nonexistent/c.json"}),
+            "tokenizerConfigFile",
+        );
+        let bad_format = json!({"tokenizerFile": tokenizer, "tokenizerConfigFile": config, "chatTemplateContentFormat": "x"});
+        rejects(bad_format, "chatTemplateContentFormat");
+        rejects(json!({"chatTemplateContentFormat": "string"}), "chatTemplateContentFormat");
     }
 }
