@@ -10,6 +10,12 @@
 #   approx-2   two epps, each behind its own Envoy; each client sends to one (active-active)
 #   precise-1  as approx-1 with config/precise-prefix.yaml (token-producer + precise producer)
 #   precise-2  as approx-2 with config/precise-prefix.yaml
+# With TOKENIZER_DIR (a model directory: tokenizer.json, tokenizer_config.json; `make vllm` writes
+# .vllm-model), every pod tokenizes prompts with that model's tokenizer and chat template (epp-sim
+# --tokenizer-dir) instead of its stand-in, and two more setups run:
+#   local-1    as precise-1, with token-producer's tokenizerFile and tokenizerConfigFile: chat prompts
+#              rendered and tokenized in epp, no render call
+#   local-2    as precise-2, the same
 # Both configs weigh the same scorers the same (prefix 2, queue 1, KV utilisation 1, max-score picker:
 # the shipped precise config's weights, llm-d's guide's); only the prefix producer differs. Nothing is
 # tuned here. Measured: the fleet's prefix-cache hit rate (vllm:prefix_cache_hits / queries over the run)
@@ -18,7 +24,7 @@
 #   usage: scripts/precise-vs-approx.sh   (after cargo build --release --workspace --bins; make envoy)
 #   env:   ROUNDS (2), DURATION (30 s of arrivals), RATE (12 req/s in all), SEED (1), TIME_SCALE (1),
 #          PROFILE_NAME (h100-8b), NUM_GPU_BLOCKS (3000: small enough that prefixes are evicted),
-#          BASE_PORT (21000), OUT_DIR (target/precise-vs-approx), PROFILE (release)
+#          BASE_PORT (21000), OUT_DIR (target/precise-vs-approx), PROFILE (release), TOKENIZER_DIR (unset)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -39,6 +45,14 @@ IPS=(127.0.0.21 127.0.0.22 127.0.0.23 127.0.0.24)
 SIM_PORT=$((BASE_PORT + 1))
 KV_PORT=$((BASE_PORT + 2))
 REPLAY_PORT=$((BASE_PORT + 3))
+TOKENIZER_DIR=${TOKENIZER_DIR:-}
+SIM_TOKENIZER=()
+SETUPS="approx-1 precise-1 approx-2 precise-2"
+if [ -n "$TOKENIZER_DIR" ]; then
+  TOKENIZER_DIR=$(cd "$TOKENIZER_DIR" && pwd)
+  SIM_TOKENIZER=(--tokenizer-dir "$TOKENIZER_DIR")
+  SETUPS="approx-1 precise-1 local-1 approx-2 precise-2 local-2"
+fi
 
 ENVOY=${ENVOY_BIN:-$(ls .venv/lib/python*/site-packages/envoy/_bin/envoy .venv/bin/envoy 2>/dev/null | head -1)}
 for tool in "$BIN_DIR/epp" "$BIN_DIR/epp-sim" "$BIN_DIR/epp-bench" "$ENVOY"; do
@@ -46,7 +60,7 @@ for tool in "$BIN_DIR/epp" "$BIN_DIR/epp-sim" "$BIN_DIR/epp-bench" "$ENVOY"; do
 done
 
 mkdir -p "$OUT_DIR"
-rm -f "$OUT_DIR"/*.json "$OUT_DIR"/*.prefix "$OUT_DIR"/*.log
+rm -f "$OUT_DIR"/*.json "$OUT_DIR"/*.prefix "$OUT_DIR"/*.tokens "$OUT_DIR"/*.log
 WORK=$(mktemp -d)
 PIDS=()
 stop_all() {
@@ -85,11 +99,23 @@ precise_config() {
     config/precise-prefix.yaml
 }
 
+local_config() { # precise_config with the model's tokenizer and chat template in epp
+  precise_config | sed -e "s#^    vllm:#    tokenizerFile: $TOKENIZER_DIR/tokenizer.json\n    tokenizerConfigFile: $TOKENIZER_DIR/tokenizer_config.json\n    vllm:#"
+}
+
 fleet_prefix_counters() {
   local ip
   for ip in "${IPS[@]}"; do curl -sf "http://$ip:$SIM_PORT/metrics" || true; done |
     awk '/^vllm:prefix_cache_hits(_total)?[ {]/ { h += $NF } /^vllm:prefix_cache_queries(_total)?[ {]/ { q += $NF }
          END { printf "%d %d\n", h, q }'
+}
+
+# Sums over the epps of a run: token-producer's requests, those tokenized in process, those left without ids.
+epp_token_counters() {
+  local n
+  for n in 0 1; do curl -sf "http://127.0.0.1:$((BASE_PORT + 12 + 10 * n))/metrics" || true; done |
+    awk '/^epp_token_producer_requests_total / { r += $NF } /^epp_token_producer_local_total / { l += $NF }
+         /^epp_token_producer_failures_total / { f += $NF } END { printf "%d %d %d\n", r, l, f }'
 }
 
 # Starts epp number $1 (0 or 1) with config file $2 and its Envoy; echoes the Envoy listen port.
@@ -114,10 +140,14 @@ run() { # round setup
   for ip in "${IPS[@]}"; do
     start "$OUT_DIR/sim-$tag-$ip.log" env RUST_LOG=warn "$BIN_DIR/epp-sim" --host "$ip" --port "$SIM_PORT" \
       --profiles "$PROFILE_NAME" --num-gpu-blocks "$NUM_GPU_BLOCKS" --time-scale "$TIME_SCALE" --seed "$SEED" \
-      --model "$MODEL" --kv-events-port "$KV_PORT" --kv-replay-port "$REPLAY_PORT"
+      --model "$MODEL" --kv-events-port "$KV_PORT" --kv-replay-port "$REPLAY_PORT" ${SIM_TOKENIZER[@]+"${SIM_TOKENIZER[@]}"}
   done
   for ip in "${IPS[@]}"; do wait_for "$ip" "$SIM_PORT" "$OUT_DIR/sim-$tag-$ip.log"; done
-  case "$setup" in approx-*) approx_config >"$WORK/config.yaml" ;; *) precise_config >"$WORK/config.yaml" ;; esac
+  case "$setup" in
+    approx-*) approx_config >"$WORK/config.yaml" ;;
+    local-*) local_config >"$WORK/config.yaml" ;;
+    *) precise_config >"$WORK/config.yaml" ;;
+  esac
   start_epp 0 "$WORK/config.yaml"
   local listen=($((BASE_PORT + 80)) $((BASE_PORT + 80)))
   if [[ "$setup" == *-2 ]]; then
@@ -139,27 +169,27 @@ run() { # round setup
     wait "${benches[$i]}" || { cat "$WORK/bench-$i.txt"; echo "precise-vs-approx: $setup failed" >&2; exit 1; }
   done
   fleet_prefix_counters >"$OUT_DIR/$tag.prefix"
+  epp_token_counters >"$OUT_DIR/$tag.tokens"
   stop_all
 }
 
-SETUPS="approx-1 precise-1 approx-2 precise-2"
 for round in $(seq 1 "$ROUNDS"); do
   for setup in $SETUPS; do run "$round" "$setup"; done
 done
 
-python3 - "$OUT_DIR" "$ROUNDS" "$TIME_SCALE" <<'PY'
+python3 - "$OUT_DIR" "$ROUNDS" "$TIME_SCALE" "$SETUPS" <<'PY'
 import json, sys
 
-out, rounds, scale = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+out, rounds, scale, setups = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4].split()
 
 def pct(values, p):
     values = sorted(values)
     return values[max(0, min(len(values) - 1, int(-(-len(values) * p // 100)) - 1))] if values else float("nan")
 
-print("| setup | prefix-cache hit rate | TTFT p90 (ms) | TTFT p50 (ms) | requests |")
-print("|---|---:|---:|---:|---:|")
-for setup in ["approx-1", "precise-1", "approx-2", "precise-2"]:
-    hit, p90, p50, n = [], [], [], 0
+print("| setup | prefix-cache hit rate | TTFT p90 (ms) | TTFT p50 (ms) | requests | token ids: in process / render / none |")
+print("|---|---:|---:|---:|---:|---:|")
+for setup in setups:
+    hit, p90, p50, n, tokens = [], [], [], 0, [0, 0, 0]
     for r in range(1, rounds + 1):
         samples = [s for i in (0, 1) for s in json.load(open(f"{out}/r{r}-{setup}-client{i}.json"))["samples"]
                    if "error" not in s and "ttft_ms" in s]
@@ -169,6 +199,9 @@ for setup in ["approx-1", "precise-1", "approx-2", "precise-2"]:
         n += len(samples)
         h, q = map(int, open(f"{out}/r{r}-{setup}.prefix").read().split())
         hit.append(h / max(1, q))
+        asked, local, failed = map(int, open(f"{out}/r{r}-{setup}.tokens").read().split())
+        tokens = [tokens[0] + local, tokens[1] + asked - local - failed, tokens[2] + failed]
     mean = lambda xs: sum(xs) / len(xs)
-    print(f"| {setup} | {mean(hit):.3f} | {mean(p90):.0f} | {mean(p50):.0f} | {n} |")
+    ids = " / ".join(map(str, tokens)) if setup.split("-")[0] != "approx" else "—"
+    print(f"| {setup} | {mean(hit):.3f} | {mean(p90):.0f} | {mean(p50):.0f} | {n} | {ids} |")
 PY

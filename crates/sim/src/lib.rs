@@ -12,6 +12,7 @@ pub mod exposition;
 mod histograms;
 mod kv;
 mod kv_events;
+mod model_tokens;
 mod openai;
 mod pd;
 mod profile;
@@ -26,6 +27,7 @@ pub use engine::{
 
 pub use exposition::{go_float, CacheInfo, LoraInfo, VllmPage};
 pub use kv_events::{encode_batch, KvCacheEvent};
+pub use model_tokens::ModelTokenizer;
 pub use server::{serve, FaultOptions, MetricsMode, ServeOptions, SimError};
 
 #[cfg(test)]

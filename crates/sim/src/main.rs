@@ -97,6 +97,11 @@ struct Args {
     /// P/D: bytes of KV per token (the transfer's size is this × the prompt's tokens).
     #[arg(long, default_value_t = 131_072)]
     kv_bytes_per_token: u64,
+    /// The model's own tokenizer for prompts: a directory with `tokenizer.json` and, for chat,
+    /// `tokenizer_config.json` (its chat template), as a model repository ships them. Without it, one
+    /// stand-in token per 4 bytes of the request's JSON.
+    #[arg(long)]
+    tokenizer_dir: Option<std::path::PathBuf>,
 }
 
 fn profile(name: &str) -> Result<AcceleratorProfile, SimError> {
@@ -164,6 +169,10 @@ fn options(args: &Args) -> Result<ServeOptions, SimError> {
         kv_replay_port: args.kv_replay_port,
         kv_transfer_gbps: args.kv_transfer_gbps,
         kv_bytes_per_token: args.kv_bytes_per_token,
+        tokenizer: match &args.tokenizer_dir {
+            Some(dir) => Some(epp_sim::ModelTokenizer::load(dir).map_err(epp_sim::SimError::Invalid)?),
+            None => None,
+        },
     };
     options.validate()?;
     Ok(options)

@@ -151,7 +151,7 @@ pub(crate) async fn generate(state: &Arc<ServerState>, path: &str, body: Bytes) 
     };
     let fields = serde_json::from_slice::<StreamFields>(&body).unwrap_or_default();
     let include_usage = fields.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
-    let prompt = prompt_tokens(&parsed, &body);
+    let prompt = prompt_tokens(options, &parsed, &body);
     let prompt_tokens = prompt.len().max(1);
     let (gbps, per_token) = (options.kv_transfer_gbps, options.kv_bytes_per_token);
     let leg = match pd::leg(fields.kv_transfer_params.as_ref(), prompt_tokens, per_token, gbps) {
@@ -255,11 +255,10 @@ fn fit_context(
     Ok(max_tokens.min(room))
 }
 
-/// The prompt's tokens: the token ids themselves when given as a flat array, else the JSON text.
 /// vLLM's render endpoints (`/v1/completions/render`, `/v1/chat/completions/render`): the token ids the
 /// engine would compute for the request, exactly as [`generate`] tokenizes it. Chat answers one object,
 /// completions a list (one entry per prompt; the simulator takes the prompt whole).
-pub(crate) fn render(path: &str, body: &[u8]) -> Response {
+pub(crate) fn render(state: &ServerState, path: &str, body: &[u8]) -> Response {
     let Some(api_path) = path.strip_suffix("/render") else {
         return error_response(StatusCode::NOT_FOUND, "NotFoundError", format!("no route for {path}"));
     };
@@ -267,12 +266,17 @@ pub(crate) fn render(path: &str, body: &[u8]) -> Response {
         Ok(parsed) => parsed,
         Err(e) => return error_response(StatusCode::BAD_REQUEST, "BadRequestError", e.message),
     };
-    let rendered = json!({"request_id": "render", "token_ids": prompt_tokens(&parsed, body)});
+    let rendered = json!({"request_id": "render", "token_ids": prompt_tokens(&state.options, &parsed, body)});
     let answer = if api_path == "/v1/completions" { json!([rendered]) } else { rendered };
     super::server::respond(StatusCode::OK, "application/json", answer.to_string())
 }
 
-fn prompt_tokens(parsed: &ParsedRequest, body: &[u8]) -> Vec<u32> {
+/// The prompt's tokens: the model's tokenizer's when `--tokenizer-dir` gives one and it can; else the
+/// token ids themselves when given as a flat array, else the stand-in's over the JSON text.
+fn prompt_tokens(options: &super::server::ServeOptions, parsed: &ParsedRequest, body: &[u8]) -> Vec<u32> {
+    if let Some(ids) = options.tokenizer.as_ref().and_then(|model| model.prompt_ids(parsed, body)) {
+        return ids;
+    }
     let raw = parsed.prefix_bytes(body);
     if parsed.prompt_token_ids.is_some() {
         if let Ok(ids) = serde_json::from_slice::<Vec<u32>>(raw) {

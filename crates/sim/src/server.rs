@@ -96,6 +96,8 @@ pub struct ServeOptions {
     /// heads × 128 dims × 2 (K and V) × 2 bytes = 131,072).
     pub kv_transfer_gbps: f64,
     pub kv_bytes_per_token: u64,
+    /// The model's own tokenizer for prompts (`--tokenizer-dir`); the stand-in when `None`.
+    pub tokenizer: Option<super::model_tokens::ModelTokenizer>,
 }
 
 impl ServeOptions {
@@ -123,6 +125,7 @@ impl ServeOptions {
             kv_replay_port: None,
             kv_transfer_gbps: 25.0,
             kv_bytes_per_token: 131_072,
+            tokenizer: None,
         }
     }
 
@@ -339,7 +342,7 @@ async fn handle(State(state): State<Arc<ServerState>>, request: Request) -> Resp
         }
         (&Method::POST, "/v1/completions/render" | "/v1/chat/completions/render") => {
             match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-                Ok(bytes) => super::openai::render(&path, &bytes),
+                Ok(bytes) => super::openai::render(&state, &path, &bytes),
                 Err(e) => error_response(
                     StatusCode::BAD_REQUEST,
                     "BadRequestError",

@@ -419,3 +419,33 @@ async fn prefill_and_decode_legs_speak_the_nixl_handoff() {
         "kv_transfer_params": {"do_remote_decode": true}});
     assert_eq!(post(addr, "/v1/completions", &streamed_prefill.to_string()).await.0, 400);
 }
+
+/// `--tokenizer-dir`: a word-level tokenizer and a chat template; the render endpoints and the usage count
+/// the model's token ids, and a chat the template leaves to render falls back to the stand-in.
+#[tokio::test]
+async fn the_models_own_tokenizer_and_chat_template_give_the_prompt_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokenizer = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+        "pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,"model":{"type":"WordLevel",
+        "vocab":{"[UNK]":0,"hello":1,"world":2,"again":3},"unk_token":"[UNK]"}}"#;
+    std::fs::write(dir.path().join("tokenizer.json"), tokenizer).unwrap();
+    let template = r#"{"chat_template": "{% for m in messages %}{{ m.content }} {% endfor %}again"}"#;
+    std::fs::write(dir.path().join("tokenizer_config.json"), template).unwrap();
+    let model = crate::ModelTokenizer::load(dir.path()).unwrap();
+    let addr = start(ServeOptions { tokenizer: Some(model), ..options() }).await;
+    let chat = r#"{"model":"sim-model","messages":[{"role":"user","content":"hello world"}]}"#;
+    let (status, _, body) = post(addr, "/v1/chat/completions/render", chat).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["token_ids"], serde_json::json!([1, 2, 3]));
+    let prompt = r#"{"model":"sim-model","prompt":"hello again"}"#;
+    let (_, _, body) = post(addr, "/v1/completions/render", prompt).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()[0]["token_ids"], serde_json::json!([1, 3]));
+    let (_, _, body) = post(addr, "/v1/chat/completions", chat).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["usage"]["prompt_tokens"], 3);
+    let tools = r#"{"model":"sim-model","messages":[{"role":"user","content":"hello"}],"tools":[]}"#;
+    let (_, _, body) = post(addr, "/v1/chat/completions/render", tools).await;
+    let stand_in = serde_json::from_str::<Value>(&body).unwrap()["token_ids"].as_array().map_or(0, Vec::len);
+    assert!(stand_in > 3, "the stand-in's 4-byte tokens of the messages' JSON: {body}");
+    let missing = crate::ModelTokenizer::load(std::path::Path::new("/nonexistent")).unwrap_err();
+    assert!(missing.contains("--tokenizer-dir /nonexistent"), "{missing}");
+}
