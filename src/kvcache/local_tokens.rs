@@ -11,12 +11,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::segments::Segmenter;
 use crate::request::{ApiKind, ParsedRequest};
 
 /// A loaded tokenizer.
 #[derive(Clone)]
 pub struct LocalTokenizer {
     tokenizer: Arc<tokenizers::Tokenizer>,
+    /// Rendered chat prompts piece by piece, pieces remembered; `None` where that would not be exact.
+    segments: Option<Arc<Segmenter>>,
 }
 
 impl std::fmt::Debug for LocalTokenizer {
@@ -44,11 +47,18 @@ pub enum Prompt {
 impl LocalTokenizer {
     /// Loads `tokenizer.json` (the file a model repository ships).
     pub fn load(path: &Path) -> Result<Self, LocalTokensError> {
-        let tokenizer = tokenizers::Tokenizer::from_file(path).map_err(|e| LocalTokensError::Load {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        Ok(Self { tokenizer: Arc::new(tokenizer) })
+        let error = |message: String| LocalTokensError::Load { path: path.display().to_string(), message };
+        let json = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+        let tokenizer: tokenizers::Tokenizer =
+            json.parse().map_err(|e: tokenizers::Error| error(e.to_string()))?;
+        let segments = Segmenter::for_tokenizer(&tokenizer, &json).map(Arc::new);
+        Ok(Self { tokenizer: Arc::new(tokenizer), segments })
+    }
+
+    /// Whether rendered prompts are tokenized piece by piece with the pieces remembered
+    /// ([`super::segments`]).
+    pub fn remembers_pieces(&self) -> bool {
+        self.segments.is_some()
     }
 
     /// The token ids of `text`, with the tokenizer's special tokens (a BOS where the model has one).
@@ -61,6 +71,15 @@ impl LocalTokenizer {
     /// The token ids of `text` as it is: a rendered chat prompt, whose template wrote its special tokens
     /// (what transformers' `apply_chat_template` does, `add_special_tokens=False`).
     pub fn encode_rendered(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
+        if let Some(segments) = &self.segments {
+            return segments.encode(&self.tokenizer, text).map_err(LocalTokensError::Encode);
+        }
+        self.encode_rendered_whole(text)
+    }
+
+    /// [`Self::encode_rendered`] without remembered pieces: the whole text every time, as an engine
+    /// tokenizes it (the simulator stands in for one).
+    pub fn encode_rendered_whole(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
         let encoding =
             self.tokenizer.encode(text, false).map_err(|e| LocalTokensError::Encode(e.to_string()))?;
         Ok(encoding.get_ids().to_vec())
@@ -116,6 +135,46 @@ pub(crate) mod tests {
         assert_eq!(prompt(r#"{"model":"m","prompt":["a","b"]}"#), Some(Prompt::Text("a".into())));
         assert_eq!(prompt(r#"{"model":"m","prompt":[5,6,7]}"#), Some(Prompt::TokenIds(vec![5, 6, 7])));
         assert_eq!(prompt(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#), None);
+    }
+
+    /// The word tokenizer with special tokens between which a chat template writes its messages.
+    fn chat_tokenizer(lstrip: bool, pre_tokenizer: &str) -> tempfile::NamedTempFile {
+        let added = |id: u32, content: &str| {
+            format!(
+                r#"{{"id":{id},"content":"{content}","single_word":false,"lstrip":{lstrip},"rstrip":false,"normalized":false,"special":true}}"#
+            )
+        };
+        let json = WORD_TOKENIZER
+            .replace(
+                r#""added_tokens":[]"#,
+                &format!(r#""added_tokens":[{},{}]"#, added(4, "<|s|>"), added(5, "<|e|>")),
+            )
+            .replace(r#"{"type":"Whitespace"}"#, pre_tokenizer);
+        let file = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(file.path(), json).expect("write");
+        file
+    }
+
+    #[test]
+    fn rendered_prompts_are_tokenized_piece_by_piece_exactly_and_only_where_that_is_exact() {
+        let file = chat_tokenizer(false, r#"{"type":"Whitespace"}"#);
+        let tokenizer = LocalTokenizer::load(file.path()).expect("loads");
+        assert!(tokenizer.remembers_pieces());
+        let long = "hello world again ".repeat(8);
+        let text = format!("<|s|>system {long}<|e|>\n<|s|>user hello<|e|><|s|><|s|>nope again<|e|>");
+        let whole = tokenizer.tokenizer.encode(text.as_str(), false).expect("encodes").get_ids().to_vec();
+        assert_eq!(tokenizer.encode_rendered(&text).expect("encodes"), whole, "the first time");
+        assert_eq!(tokenizer.encode_rendered(&text).expect("encodes"), whole, "with the pieces remembered");
+        assert_eq!(&whole[..2], [4, 0], "the special token, then the unknown word 'system'");
+
+        let stripping = chat_tokenizer(true, r#"{"type":"Whitespace"}"#);
+        assert!(!LocalTokenizer::load(stripping.path()).expect("loads").remembers_pieces(), "lstrip");
+        let metaspace =
+            r#"{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"first","split":true}"#;
+        let first_only = chat_tokenizer(false, metaspace);
+        assert!(!LocalTokenizer::load(first_only.path()).expect("loads").remembers_pieces(), "Metaspace");
+        let plain = word_tokenizer_file();
+        assert!(!LocalTokenizer::load(plain.path()).expect("loads").remembers_pieces(), "no added tokens");
     }
 
     #[test]

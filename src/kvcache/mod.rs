@@ -30,6 +30,7 @@ mod msgpack;
 mod pool;
 mod render;
 mod replay;
+mod segments;
 mod slots;
 mod subscriber;
 mod supervisor;

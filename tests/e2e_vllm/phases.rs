@@ -274,13 +274,15 @@ async fn precise_chat_routing_renders_in_process(fleet: &VllmFleet, client: &req
 /// `token-producer`'s in-process chat template (the model's tokenizer_config.json and the
 /// chat_template.jinja beside it, which vLLM loads too) gives exactly the ids vLLM's own chat rendering
 /// gives (`/tokenize` with `messages`: the code path of `/v1/chat/completions`) for chats of every shape
-/// it renders, and leaves to render what it cannot render exactly.
+/// it renders, the first time and again with the tokenized pieces remembered (src/kvcache/segments.rs),
+/// and leaves to render what it cannot render exactly.
 pub(crate) async fn in_process_chat_tokens_are_vllms(fleet: &VllmFleet, client: &reqwest::Client) {
     let model = manifest_dir().join(".vllm-model");
     let tokenizer =
         epp::kvcache::LocalTokenizer::load(&model.join("tokenizer.json")).expect("tokenizer loads");
     let template = epp::kvcache::ChatTemplate::load(&model.join("tokenizer_config.json"), None)
         .expect("the model's chat template loads");
+    assert!(tokenizer.remembers_pieces(), "SmolLM2's byte-level BPE splits exactly at its special tokens");
     let long = "Summarise this, please. ".repeat(200);
     let chats = [
         json!({"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello, world!"}]}),
@@ -300,6 +302,8 @@ pub(crate) async fn in_process_chat_tokens_are_vllms(fleet: &VllmFleet, client: 
         };
         let ours = tokenizer.encode_rendered(&text).expect("encodes");
         let in_process = started.elapsed();
+        let again = tokenizer.encode_rendered(&text).expect("encodes");
+        assert_eq!(again, ours, "the remembered pieces give the same ids for {chat}");
         let url = format!("http://{}/tokenize", fleet.replicas[0].address());
         let started = std::time::Instant::now();
         let answer = read_json(post_json(client, &url, &body).await).await;

@@ -44,11 +44,11 @@ impl ModelTokenizer {
     /// The request's prompt ids as vLLM computes them: a completions prompt with the tokenizer's special
     /// tokens, a chat rendered by the template and tokenized as it is. `None` for what this cannot
     /// tokenize (a chat the template leaves to render, a failed render, no template), which the caller
-    /// tokenizes with the stand-in.
+    /// tokenizes with the stand-in. The whole text every time, as vLLM does: no remembered pieces.
     pub fn prompt_ids(&self, parsed: &ParsedRequest, body: &[u8]) -> Option<Vec<u32>> {
         match parsed.api {
             ApiKind::ChatCompletions => match self.chat.as_ref()?.render(body) {
-                Ok(ChatPrompt::Text(text)) => self.tokenizer.encode_rendered(&text).ok(),
+                Ok(ChatPrompt::Text(text)) => self.tokenizer.encode_rendered_whole(&text).ok(),
                 Ok(ChatPrompt::NeedsRender(_)) | Err(_) => None,
             },
             _ => match completions_prompt(parsed, body)? {
