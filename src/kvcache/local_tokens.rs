@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::segments::Segmenter;
+use super::segments::{encode_ids, Segmenter};
 use crate::request::{ApiKind, ParsedRequest};
 
 /// A loaded tokenizer.
@@ -47,11 +47,11 @@ pub enum Prompt {
 impl LocalTokenizer {
     /// Loads `tokenizer.json` (the file a model repository ships).
     pub fn load(path: &Path) -> Result<Self, LocalTokensError> {
-        let error = |message: String| LocalTokensError::Load { path: path.display().to_string(), message };
-        let json = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
-        let tokenizer: tokenizers::Tokenizer =
-            json.parse().map_err(|e: tokenizers::Error| error(e.to_string()))?;
-        let segments = Segmenter::for_tokenizer(&tokenizer, &json).map(Arc::new);
+        let tokenizer = tokenizers::Tokenizer::from_file(path).map_err(|e| LocalTokensError::Load {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let segments = Segmenter::for_tokenizer(&tokenizer).map(Arc::new);
         Ok(Self { tokenizer: Arc::new(tokenizer), segments })
     }
 
@@ -63,9 +63,7 @@ impl LocalTokenizer {
 
     /// The token ids of `text`, with the tokenizer's special tokens (a BOS where the model has one).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
-        let encoding =
-            self.tokenizer.encode(text, true).map_err(|e| LocalTokensError::Encode(e.to_string()))?;
-        Ok(encoding.get_ids().to_vec())
+        encode_ids(&self.tokenizer, text, true).map_err(LocalTokensError::Encode)
     }
 
     /// The token ids of `text` as it is: a rendered chat prompt, whose template wrote its special tokens
@@ -80,9 +78,7 @@ impl LocalTokenizer {
     /// [`Self::encode_rendered`] without remembered pieces: the whole text every time, as an engine
     /// tokenizes it (the simulator stands in for one).
     pub fn encode_rendered_whole(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
-        let encoding =
-            self.tokenizer.encode(text, false).map_err(|e| LocalTokensError::Encode(e.to_string()))?;
-        Ok(encoding.get_ids().to_vec())
+        encode_ids(&self.tokenizer, text, false).map_err(LocalTokensError::Encode)
     }
 }
 

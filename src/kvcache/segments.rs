@@ -47,28 +47,28 @@ impl std::fmt::Debug for Segmenter {
 }
 
 impl Segmenter {
-    /// A segmenter for `tokenizer`, whose `tokenizer.json` text is `json`; `None` where splitting would
-    /// not be exact (the module's doc).
-    pub(super) fn for_tokenizer(tokenizer: &tokenizers::Tokenizer, json: &str) -> Option<Self> {
-        let spec: serde_json::Value = serde_json::from_str(json).ok()?;
-        let shapes = [&spec["normalizer"], &spec["pre_tokenizer"], &spec["decoder"]];
-        if shapes.iter().any(|part| part.to_string().contains("Metaspace")) {
+    /// A segmenter for `tokenizer`; `None` where splitting would not be exact (the module's doc).
+    pub(super) fn for_tokenizer(tokenizer: &tokenizers::Tokenizer) -> Option<Self> {
+        let shape = |part: Option<String>| part.is_some_and(|json| json.contains("Metaspace"));
+        if shape(tokenizer.get_normalizer().and_then(|n| serde_json::to_string(n).ok()))
+            || shape(tokenizer.get_pre_tokenizer().and_then(|p| serde_json::to_string(p).ok()))
+            || shape(tokenizer.get_decoder().and_then(|d| serde_json::to_string(d).ok()))
+        {
             return None;
         }
-        let mut added = Vec::new();
-        for token in spec["added_tokens"].as_array()? {
-            let flag = |name: &str| token[name].as_bool().unwrap_or(false);
-            if flag("lstrip") || flag("rstrip") || flag("single_word") {
+        let mut added: Vec<(String, u32)> = Vec::new();
+        for (id, token) in tokenizer.get_added_tokens_decoder() {
+            if token.lstrip || token.rstrip || token.single_word {
                 return None;
             }
-            if !flag("normalized") {
-                let id = u32::try_from(token["id"].as_u64()?).ok()?;
-                added.push((token["content"].as_str()?.to_owned(), id));
+            if !token.normalized {
+                added.push((token.content, id));
             }
         }
         if added.is_empty() {
             return None;
         }
+        added.sort_by_key(|(_, id)| *id);
         let splitter = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
             .build(added.iter().map(|(content, _)| content))
@@ -101,7 +101,7 @@ impl Segmenter {
             return Ok(());
         }
         if piece.len() < MIN_CACHED_BYTES {
-            ids.extend(plain(tokenizer, piece)?);
+            ids.extend(encode_ids(tokenizer, piece, false)?);
             return Ok(());
         }
         let hash = xxhash_rust::xxh64::xxh64(piece.as_bytes(), 0);
@@ -111,7 +111,7 @@ impl Segmenter {
             ids.extend_from_slice(&cached);
             return Ok(());
         }
-        let encoded: Arc<[u32]> = plain(tokenizer, piece)?.into();
+        let encoded: Arc<[u32]> = encode_ids(tokenizer, piece, false)?.into();
         ids.extend_from_slice(&encoded);
         let mut pieces = self.pieces.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         if pieces.ids + encoded.len() > MAX_CACHED_IDS {
@@ -130,7 +130,7 @@ impl Segmenter {
         let long = "A shared system prompt, long enough to be remembered: 1, 2, 3.\n\n  Indented 'quotes'. ";
         let probe =
             format!("{first}system\n{long}{last} \n{first}user\n  hi there \u{e9}\u{1f35c}{last}\n{first}");
-        let whole = plain(tokenizer, &probe);
+        let whole = encode_ids(tokenizer, &probe, false);
         let pieces = self.encode(tokenizer, &probe).and_then(|_| self.encode(tokenizer, &probe));
         let agrees = matches!((&whole, &pieces), (Ok(a), Ok(b)) if a == b);
         *self.pieces.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Pieces::default();
@@ -138,6 +138,12 @@ impl Segmenter {
     }
 }
 
-fn plain(tokenizer: &tokenizers::Tokenizer, text: &str) -> Result<Vec<u32>, String> {
-    tokenizer.encode(text, false).map(|e| e.get_ids().to_vec()).map_err(|e| e.to_string())
+/// The ids of `text`, with the tokenizer's special tokens added or not.
+pub(super) fn encode_ids(
+    tokenizer: &tokenizers::Tokenizer,
+    text: &str,
+    add_special_tokens: bool,
+) -> Result<Vec<u32>, String> {
+    let encoding = tokenizer.encode(text, add_special_tokens).map_err(|e| e.to_string())?;
+    Ok(encoding.get_ids().to_vec())
 }

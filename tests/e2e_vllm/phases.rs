@@ -229,7 +229,7 @@ pub(crate) async fn in_process_tokens_are_vllms(fleet: &VllmFleet, client: &reqw
     let prompts = ["Hello, world!", "  leading spaces, émojis 🍜 and ünïcödé\n\tnew lines", long.as_str()];
     for prompt in prompts {
         let started = std::time::Instant::now();
-        let vllm = vllm_tokens(fleet, client, prompt).await;
+        let vllm = vllm_tokens(fleet, client, &json!({"model": MODEL, "prompt": prompt})).await;
         let round_trip = started.elapsed();
         let ours = tokenizer.encode(prompt).expect("encodes");
         assert_eq!(ours, vllm, "in-process tokens differ from vLLM's for {prompt:?}");
@@ -304,16 +304,9 @@ pub(crate) async fn in_process_chat_tokens_are_vllms(fleet: &VllmFleet, client: 
         let in_process = started.elapsed();
         let again = tokenizer.encode_rendered(&text).expect("encodes");
         assert_eq!(again, ours, "the remembered pieces give the same ids for {chat}");
-        let url = format!("http://{}/tokenize", fleet.replicas[0].address());
         let started = std::time::Instant::now();
-        let answer = read_json(post_json(client, &url, &body).await).await;
+        let vllm = vllm_tokens(fleet, client, &body).await;
         let round_trip = started.elapsed();
-        let vllm: Vec<u32> = answer["tokens"]
-            .as_array()
-            .unwrap_or_else(|| panic!("/tokenize: {answer}"))
-            .iter()
-            .filter_map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
-            .collect();
         assert_eq!(ours, vllm, "in-process chat tokens differ from vLLM's for {chat}");
         eprintln!(
             "FIGURE chat tokens: {} tokens equal; in process {in_process:?} (a debug build), vLLM round trip {round_trip:?}",
@@ -325,10 +318,11 @@ pub(crate) async fn in_process_chat_tokens_are_vllms(fleet: &VllmFleet, client: 
     assert_eq!(left, epp::kvcache::ChatPrompt::NeedsRender("tools"));
 }
 
-/// `prompt`'s token ids as the first replica's `/tokenize` gives them (special tokens included).
-async fn vllm_tokens(fleet: &VllmFleet, client: &reqwest::Client, prompt: &str) -> Vec<u32> {
+/// The token ids the first replica's `/tokenize` gives for `body`: a `prompt` (special tokens included)
+/// or chat `messages` (rendered with the model's template).
+async fn vllm_tokens(fleet: &VllmFleet, client: &reqwest::Client, body: &Value) -> Vec<u32> {
     let url = format!("http://{}/tokenize", fleet.replicas[0].address());
-    let answer = read_json(post_json(client, &url, &json!({"model": MODEL, "prompt": prompt})).await).await;
+    let answer = read_json(post_json(client, &url, body).await).await;
     answer["tokens"]
         .as_array()
         .unwrap_or_else(|| panic!("/tokenize: {answer}"))
