@@ -218,11 +218,13 @@ fn bench_recording(c: &mut Criterion) {
     let latency = std::time::Duration::from_millis(800);
     c.bench_function("request_metrics/one_request_existing_series", |b| {
         b.iter(|| {
-            metrics.record_request(labels, 4096);
-            metrics.running_inc(labels);
-            metrics.record_ttft(labels, latency, true);
-            metrics.record_response(labels, latency, 2048, usage);
-            metrics.running_dec(labels);
+            // A request finds its flow's series once, then records through it.
+            let series = metrics.series(labels);
+            metrics.record_request(&series, 4096);
+            metrics.running_inc(&series);
+            metrics.record_ttft(&series, latency, true);
+            metrics.record_response(&series, latency, 2048, usage);
+            metrics.running_dec(&series);
         });
     });
 }

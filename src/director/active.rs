@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Director;
-use super::RequestMetrics;
+use super::{RequestMetrics, RequestSeries};
 use crate::flowcontrol::DispatchWaker;
 use crate::health::HealthMonitor;
 use crate::metrics::RequestLabels;
@@ -37,6 +37,8 @@ impl OwnedLabels {
 pub struct ActiveRequest {
     pipeline: Arc<Pipeline>,
     metrics: Arc<RequestMetrics>,
+    /// The flow's series, found once (`RequestMetrics::series`).
+    series: Arc<RequestSeries>,
     observer: Arc<dyn Observer>,
     pub info: DispatchInfo,
     pub labels: OwnedLabels,
@@ -67,6 +69,7 @@ impl ActiveRequest {
         director: &Director,
         info: DispatchInfo,
         labels: OwnedLabels,
+        series: Arc<RequestSeries>,
         received_at: Instant,
         response: ResponseReader,
     ) -> Self {
@@ -76,12 +79,13 @@ impl ActiveRequest {
         // Completions wake the flow controller's dispatcher (capacity may have freed).
         let dispatch_waker =
             director.admission.flow_controller().map(crate::flowcontrol::FlowController::waker);
-        metrics.running_inc(labels.as_labels());
+        metrics.running_inc(&series);
         let health = director.health.clone();
         let probe = health.as_ref().is_some_and(|h| h.on_dispatch(&info.endpoint, Instant::now()));
         Self {
             pipeline,
             metrics,
+            series,
             observer,
             info,
             labels,
@@ -118,7 +122,7 @@ impl ActiveRequest {
         if first {
             self.first_chunk_at = Some(now);
             self.metrics.record_ttft(
-                self.labels.as_labels(),
+                &self.series,
                 now.saturating_duration_since(self.received_at),
                 self.response.streaming(),
             );
@@ -152,13 +156,13 @@ impl ActiveRequest {
         let now = Instant::now();
         let completion = Completion { kind, status: self.status, usage, now };
         self.pipeline.on_complete(&self.info, &completion);
-        self.metrics.running_dec(self.labels.as_labels());
+        self.metrics.running_dec(&self.series);
         if let Some(waker) = &self.dispatch_waker {
             waker.wake();
         }
         if kind == CompletionKind::Finished {
             let duration: Duration = now.saturating_duration_since(self.received_at);
-            self.metrics.record_response(self.labels.as_labels(), duration, self.response_bytes, usage);
+            self.metrics.record_response(&self.series, duration, self.response_bytes, usage);
         }
     }
 }

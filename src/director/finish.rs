@@ -50,14 +50,15 @@ impl Director {
             scores = ?decision.result.primary().map(|r| scores_by_endpoint(r, candidates).collect::<Vec<_>>()),
             "scheduled"
         );
-        self.metrics.record_request(labels.as_labels(), req.body.len());
+        let series = self.metrics.series(labels.as_labels());
+        self.metrics.record_request(&series, req.body.len());
         let response = ResponseReader::new(
             parsed.as_ref().is_some_and(|p| p.stream),
             &labels.model_name,
             &labels.target_model_name,
         );
         let received_at = req.received_at.unwrap_or(processing_started);
-        let active = ActiveRequest::start(self, decision.dispatch, labels, received_at, response);
+        let active = ActiveRequest::start(self, decision.dispatch, labels, series, received_at, response);
         // Now running (and counted by whatever tracks in-flight load): no longer pending.
         drop(ticket);
         Routed { mutation, new_body, active }

@@ -18,6 +18,8 @@ use crate::metrics::{
 };
 use crate::request::Usage;
 
+use super::series::{RequestSeries, SeriesCache};
+
 /// The per-request families under their GIE names (`inference_objective_*`). Their labels come from
 /// requests, so each is capped (see `metrics::CappedFamily`).
 #[derive(Debug)]
@@ -69,6 +71,8 @@ pub struct RequestMetrics {
     pub(super) dropped: Family<DroppedLabels, Counter>,
     /// The sum of `llm_d_epp_request_running` over all series, kept beside the families so it can be read.
     running_total: AtomicI64,
+    /// Each flow's series, kept between requests.
+    series: SeriesCache,
 }
 
 impl RequestMetrics {
@@ -82,6 +86,7 @@ impl RequestMetrics {
             llmd_rewrites: Family::default(),
             dropped: Family::default(),
             running_total: AtomicI64::new(0),
+            series: SeriesCache::default(),
         };
         m.register_rewrites(registry);
         registry.register(
@@ -96,15 +101,35 @@ impl RequestMetrics {
         Arc::new(m)
     }
 
+    /// The series of `l`'s flow, kept between requests (see `series.rs`): a request finds it once and
+    /// records everything else through it.
+    pub fn series(&self, l: RequestLabels<'_>) -> Arc<RequestSeries> {
+        self.series.get(l, &self.labels)
+    }
+
+    /// How many flows keep their series.
+    pub fn kept_flows(&self) -> usize {
+        self.series.len()
+    }
+
     /// A request was scheduled and forwarded (`inference_objective_request_total`, `llm_d_epp_request_total`).
-    pub fn record_request(&self, l: RequestLabels<'_>, request_bytes: usize) {
-        let (model, flow) = self.labels.flow_labels(&l);
+    pub fn record_request(&self, s: &RequestSeries, request_bytes: usize) {
         let (g, d) = (&self.gie, &self.llmd);
-        let bytes = request_bytes as f64;
-        g.request_sizes.get_or_create(&model).observe(bytes);
-        d.request_sizes.get_or_create(&flow).observe(bytes);
-        d.requests.get_or_create(&flow).inc();
-        g.requests.get_or_create(&model.with_priority(l.priority)).inc();
+        s.observe(&s.request_sizes, (&g.request_sizes, &d.request_sizes), request_bytes as f64);
+        s.requests.llmd.with(
+            &d.requests,
+            || s.flow.clone(),
+            |c| {
+                c.inc();
+            },
+        );
+        s.requests.gie.with(
+            &g.requests,
+            || s.model.clone().with_priority(s.flow.priority),
+            |c| {
+                c.inc();
+            },
+        );
     }
 
     /// A request was refused, for `reason`.
@@ -123,58 +148,61 @@ impl RequestMetrics {
     /// A request finished: total duration, response bytes, token usage.
     pub fn record_response(
         &self,
-        l: RequestLabels<'_>,
+        s: &RequestSeries,
         duration: Duration,
         response_bytes: usize,
         usage: Option<Usage>,
     ) {
-        let (model, flow) = self.labels.flow_labels(&l);
         let (g, d) = (&self.gie, &self.llmd);
         let secs = duration.as_secs_f64();
-        g.duration.get_or_create(&model).observe(secs);
-        d.duration.get_or_create(&flow).observe(secs);
-        let bytes = response_bytes as f64;
-        g.response_sizes.get_or_create(&model).observe(bytes);
-        d.response_sizes.get_or_create(&flow).observe(bytes);
+        s.observe(&s.duration, (&g.duration, &d.duration), secs);
+        s.observe(&s.response_sizes, (&g.response_sizes, &d.response_sizes), response_bytes as f64);
         let Some(usage) = usage else { return };
         // As in Go: token histograms skip zero counts, except cached tokens (zero hits are informative).
         if usage.prompt_tokens > 0 {
-            let v = usage.prompt_tokens as f64;
-            g.input_tokens.get_or_create(&model).observe(v);
-            d.input_tokens.get_or_create(&flow).observe(v);
+            s.observe(&s.input_tokens, (&g.input_tokens, &d.input_tokens), usage.prompt_tokens as f64);
         }
         if usage.completion_tokens > 0 {
             let v = usage.completion_tokens as f64;
-            g.output_tokens.get_or_create(&model).observe(v);
-            d.output_tokens.get_or_create(&flow).observe(v);
+            s.observe(&s.output_tokens, (&g.output_tokens, &d.output_tokens), v);
             if secs > 0.0 {
-                let ntpot = secs / v;
-                g.ntpot.get_or_create(&model).observe(ntpot);
-                d.ntpot.get_or_create(&flow).observe(ntpot);
+                s.observe(&s.ntpot, (&g.ntpot, &d.ntpot), secs / v);
             }
         }
-        let cached = usage.cached_tokens as f64;
-        g.cached_tokens.get_or_create(&model).observe(cached);
-        d.cached_tokens.get_or_create(&flow).observe(cached);
+        s.observe(&s.cached_tokens, (&g.cached_tokens, &d.cached_tokens), usage.cached_tokens as f64);
     }
 
     /// Time to first response byte, as seen by epp.
-    pub fn record_ttft(&self, l: RequestLabels<'_>, ttft: Duration, streaming: bool) {
-        let (model, flow) = self.labels.flow_labels(&l);
+    pub fn record_ttft(&self, s: &RequestSeries, ttft: Duration, streaming: bool) {
         let secs = ttft.as_secs_f64();
-        self.gie.ttft.get_or_create(&model).observe(secs);
-        self.llmd.ttft.get_or_create(&flow.with_streaming(streaming)).observe(secs);
+        s.gie_ttft.with(&self.gie.ttft, || s.model.clone(), |h| h.observe(secs));
+        s.llmd_ttft[usize::from(streaming)].with(
+            &self.llmd.ttft,
+            || s.flow.clone().with_streaming(streaming),
+            |h| h.observe(secs),
+        );
     }
 
     /// A request started running on a model server. Requests without a model name are not counted
     /// (as in Go).
-    pub fn running_inc(&self, l: RequestLabels<'_>) {
-        if l.model_name.is_empty() {
+    pub fn running_inc(&self, s: &RequestSeries) {
+        if s.labels().model_name.is_empty() {
             return;
         }
-        let (model, flow) = self.labels.flow_labels(&l);
-        self.gie.running.get_or_create(&ModelNameLabels { model_name: model.model_name }).inc();
-        self.llmd.running.get_or_create(&flow).inc();
+        s.running.0.with(
+            &self.gie.running,
+            || s.model_name_labels(),
+            |g| {
+                g.inc();
+            },
+        );
+        s.running.1.with(
+            &self.llmd.running,
+            || s.flow.clone(),
+            |g| {
+                g.inc();
+            },
+        );
         self.running_total.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -186,19 +214,20 @@ impl RequestMetrics {
 
     /// A running request ended. Never takes a gauge below zero: an unmatched decrement is a caller bug,
     /// logged, and must not publish a negative count.
-    pub fn running_dec(&self, l: RequestLabels<'_>) {
+    pub fn running_dec(&self, s: &RequestSeries) {
+        let l = s.labels();
         if l.model_name.is_empty() {
             return;
         }
-        let (model, flow) = self.labels.flow_labels(&l);
-        let gie = self.gie.running.get_or_create(&ModelNameLabels { model_name: model.model_name });
-        let llmd = self.llmd.running.get_or_create(&flow);
-        let decremented = [&*gie, &*llmd].map(|gauge| {
+        let decrement = |gauge: &Gauge| {
             gauge
                 .inner()
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| (v > 0).then(|| v - 1))
                 .is_ok()
-        });
+        };
+        let mut decremented = [false; 2];
+        s.running.0.with(&self.gie.running, || s.model_name_labels(), |g| decremented[0] = decrement(g));
+        s.running.1.with(&self.llmd.running, || s.flow.clone(), |g| decremented[1] = decrement(g));
         if decremented[1] {
             self.running_total.fetch_sub(1, Ordering::Relaxed);
         }

@@ -24,6 +24,7 @@ mod pd_tests;
 mod prepare;
 mod probe;
 mod probe_view;
+mod series;
 #[cfg(test)]
 mod tests;
 
@@ -44,6 +45,7 @@ pub use mutation::RoutingMutation;
 pub use prepare::Prepared;
 pub use probe::{explain, Explained, ProbeRequest, RouteProbe};
 pub use probe_view::RouteExplanation;
+pub use series::{RequestSeries, MAX_KEPT_FLOWS};
 
 use crate::datastore::{Datastore, Endpoint, InvalidSubsetEntry, SubsetHint, SubsetMatch};
 use crate::error::{DropReason, RequestError};

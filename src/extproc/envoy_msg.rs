@@ -24,6 +24,23 @@ pub fn headers_of(map: Option<&HeaderMap>) -> Headers {
     headers
 }
 
+/// Takes Envoy's header map, as [`headers_of`] converts it but without copying: names are lower-cased
+/// in place and values are moved (`raw_value` as it is when it is UTF-8, as Envoy's always are).
+pub fn headers_from(map: Option<HeaderMap>) -> Headers {
+    let Some(map) = map else { return Headers::new() };
+    let mut headers = Headers::with_capacity(map.headers.len());
+    for h in map.headers {
+        let value = if h.raw_value.is_empty() {
+            h.value
+        } else {
+            String::from_utf8(h.raw_value)
+                .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned())
+        };
+        headers.push_owned(h.key, value);
+    }
+    headers
+}
+
 /// The entries of a list (or comma-separated string) value. A list element that is not a string keeps a
 /// textual form (`123`, `true`, `null`, `<list>`), so that it fails address parsing and is reported rather
 /// than silently dropped.
@@ -105,6 +122,17 @@ mod tests {
         let h = headers_of(Some(&map));
         assert_eq!(h.get("x-request-id"), Some("abc"));
         assert_eq!(h.get(":path"), Some("/v1/completions"));
+        assert_eq!(headers_from(Some(map)), h, "taking the map converts it the same way");
+    }
+
+    #[test]
+    fn a_raw_value_that_is_not_utf8_is_replaced_not_refused() {
+        let map = HeaderMap {
+            headers: vec![HeaderValue { key: "X-Odd".into(), value: "".into(), raw_value: vec![b'a', 0xff] }],
+        };
+        assert_eq!(headers_of(Some(&map)).get("x-odd"), Some("a\u{fffd}"));
+        assert_eq!(headers_from(Some(map)).get("x-odd"), Some("a\u{fffd}"));
+        assert!(headers_from(None).is_empty());
     }
 
     #[test]

@@ -20,7 +20,7 @@ use tonic::Status;
 use tracing::Instrument;
 
 use super::budget::BodyReservation;
-use super::envoy_msg::{body_mode, headers_of, served_endpoint, subset_hint, BodyModes};
+use super::envoy_msg::{body_mode, headers_from, served_endpoint, subset_hint, BodyModes};
 use super::metrics::OverheadMetrics;
 use super::protocol::{self, Phase};
 use super::responses;
@@ -111,11 +111,18 @@ impl StreamHandler {
     where
         S: Stream<Item = Result<ProcessingRequest, Status>> + Unpin,
     {
+        // One `closed` future for the whole stream, not one per message: each new one registers with the
+        // channel and deregisters when dropped, a cost paid on every message of every request.
+        let tx = self.tx.clone();
+        let closed = tx.closed();
+        tokio::pin!(closed);
         loop {
             let msg = tokio::select! {
+                // Messages first: a closed channel is noticed at the next wait.
+                biased;
                 m = inbound.next() => m,
                 // Envoy gave up on the stream: stop reading.
-                _ = self.tx.closed() => break,
+                () = &mut closed => break,
             };
             match msg {
                 Some(Ok(m)) => {
@@ -198,9 +205,9 @@ impl StreamHandler {
         let started = Instant::now();
         let md = m.metadata_context.as_ref();
         let result = match request {
-            Msg::RequestHeaders(h) => {
+            Msg::RequestHeaders(mut h) => {
                 self.take_subset_hint(md);
-                let span = self.take_request_headers(&h);
+                let span = self.take_request_headers(&mut h);
                 self.on_request_headers(h).instrument(span).await
             }
             Msg::RequestBody(b) => {
@@ -244,8 +251,8 @@ impl StreamHandler {
 
     /// Takes the request's headers and id (the client's `x-request-id`, else a new one), starts its trace,
     /// and returns the log span the rest of the stream runs in.
-    fn take_request_headers(&mut self, h: &HttpHeaders) -> tracing::Span {
-        let headers = headers_of(h.headers.as_ref());
+    fn take_request_headers(&mut self, h: &mut HttpHeaders) -> tracing::Span {
+        let headers = headers_from(h.headers.take());
         self.req.path = headers.get(":path").unwrap_or("/v1/completions").to_string();
         match headers.get(REQUEST_ID_HEADER).filter(|v| !v.is_empty()) {
             Some(id) => self.req.request_id = id.to_string(),
@@ -386,8 +393,12 @@ impl StreamHandler {
         self.send(responses::immediate(&err)).await
     }
 
-    async fn on_response_headers(&mut self, h: HttpHeaders, served: Option<String>) -> Result<(), Closed> {
-        let headers = headers_of(h.headers.as_ref());
+    async fn on_response_headers(
+        &mut self,
+        mut h: HttpHeaders,
+        served: Option<String>,
+    ) -> Result<(), Closed> {
+        let headers = headers_from(h.headers.take());
         let Some(st) = self.state.as_mut() else {
             return self.send(responses::response_headers(&[])).await;
         };

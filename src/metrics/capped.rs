@@ -156,6 +156,22 @@ impl<L: RequestDerived, M, C: MetricConstructor<M> + SeriesCost + Clone> CappedF
         self.family.get_or_create(&target)
     }
 
+    /// A handle on the series of `labels` (clones share it, as every prometheus-client metric's do), and
+    /// whether that is the label set's own series; `false` when it went to the overflow series, which a
+    /// caller must not keep: each recording there counts in `epp_metrics_dropped_label_sets_total`.
+    pub fn resolve(&self, labels: &L) -> (M, bool)
+    where
+        M: Clone,
+    {
+        if let Some(metric) = self.family.get(labels) {
+            return ((*metric).clone(), true);
+        }
+        let (_slots, target) = self.admit(labels);
+        let own = matches!(target, Cow::Borrowed(_));
+        let metric = (*self.family.get_or_create(&target)).clone();
+        (metric, own)
+    }
+
     /// Decides where a label set without a series goes (itself, or the overflow series) and accounts for
     /// it; the caller inserts it before releasing the returned lock.
     #[cold]

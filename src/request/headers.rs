@@ -11,9 +11,20 @@ impl Headers {
         Self::default()
     }
 
+    /// An empty list with room for `n` headers.
+    pub fn with_capacity(n: usize) -> Self {
+        Self { entries: Vec::with_capacity(n) }
+    }
+
     /// Adds a header; the name is lower-cased.
     pub fn push(&mut self, name: &str, value: impl Into<String>) {
         self.entries.push((name.to_ascii_lowercase(), value.into()));
+    }
+
+    /// Adds a header it takes, lower-casing the name in place (no copy of either).
+    pub fn push_owned(&mut self, mut name: String, value: String) {
+        name.make_ascii_lowercase();
+        self.entries.push((name, value));
     }
 
     /// The first value of `name` (which must be lower-case).

@@ -5,6 +5,7 @@
 //! must cope with an SSE line split across chunks while keeping memory bounded whatever the server sends.
 
 use std::fmt;
+use std::sync::LazyLock;
 
 use memchr::{memchr, memmem};
 use serde::de::{self, Deserializer, Visitor};
@@ -111,12 +112,16 @@ struct StreamEvent<'a> {
     response: Option<UsageEnvelope>,
 }
 
+/// The `"usage"` key, searched for in every streamed event: built once, since building a SIMD searcher
+/// costs more than running it over a short token chunk.
+static USAGE_KEY: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| memmem::Finder::new(b"\"usage\""));
+
 fn usage_from_data_line(line: &[u8]) -> Option<Usage> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let data = line.strip_prefix(b"data:")?;
     let data = data.strip_prefix(b" ").unwrap_or(data);
     // Token chunks carry no usage: skip them without parsing (this also skips `[DONE]`).
-    memmem::find(data, b"\"usage\"")?;
+    USAGE_KEY.find(data)?;
     let event: StreamEvent<'_> = serde_json::from_slice(data).ok()?;
     if let Some(usage) = event.usage {
         return Some(usage.to_usage());

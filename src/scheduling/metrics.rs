@@ -8,7 +8,9 @@
 //! rewrite header, so the attempt families are capped; an endpoint's overflow series (target
 //! `__overflow__`) is removed with its other series.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -17,7 +19,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use crate::datastore::Endpoint;
 use crate::metrics::{
     alpha, CappedFamily, EndpointSeries, GieAttemptLabels, HistogramFamily, LlmdAttemptLabels,
-    MetricsRegistry, PluginLabels, SharedLabels, TrackedEndpoint, SCHEDULER,
+    MetricsRegistry, PluginLabels, SharedLabels, TrackedEndpoint, OVERFLOW_LABEL, SCHEDULER,
 };
 
 /// The note kind under which an endpoint remembers the target models of its attempt series.
@@ -37,6 +39,34 @@ pub struct SchedulerMetrics {
     llmd_attempts: CappedFamily<LlmdAttemptLabels, Counter>,
     gie_plugin: HistogramFamily<PluginLabels>,
     llmd_plugin: HistogramFamily<PluginLabels>,
+    kept_plugins: Arc<KeptPlugins>,
+}
+
+/// How many (extension point, plugin) pairs keep their histograms: far more than any configuration has.
+const MAX_KEPT_PLUGINS: usize = 4096;
+
+/// Each timed plugin's two duration histograms, found once. A request times every plugin of its profile
+/// and each response hook, and finding a histogram through its family cost an interning lookup and two
+/// SipHash probes per call (BENCHMARKS §11, "The transport criterion").
+#[derive(Debug, Default)]
+struct KeptPlugins {
+    hasher: RandomState,
+    by_hash: RwLock<HashMap<u64, Vec<KeptPlugin>>>,
+}
+
+#[derive(Debug)]
+struct KeptPlugin {
+    extension_point: &'static str,
+    plugin_type: &'static str,
+    name: Box<str>,
+    gie: Histogram,
+    llmd: Histogram,
+}
+
+impl KeptPlugin {
+    fn is(&self, extension_point: &str, plugin_type: &str, name: &str) -> bool {
+        self.extension_point == extension_point && self.plugin_type == plugin_type && &*self.name == name
+    }
 }
 
 fn attempt_labels(tracked: &TrackedEndpoint, target: &crate::metrics::LabelValue) -> GieAttemptLabels {
@@ -69,6 +99,7 @@ impl SchedulerMetrics {
             llmd_attempts: r.register_capped("llm_d_epp_scheduler_attempts", attempts(), Counter::default),
             gie_plugin: SCHEDULER.family(),
             llmd_plugin: SCHEDULER.family(),
+            kept_plugins: Arc::default(),
         };
         r.register("inference_extension_scheduler_e2e_duration_seconds", e2e(), m.gie_e2e.clone());
         r.register("inference_extension_plugin_duration_seconds", alpha(PLUGIN_HELP), m.gie_plugin.clone());
@@ -122,9 +153,33 @@ impl SchedulerMetrics {
         name: &str,
         secs: f64,
     ) {
+        let kept = &self.kept_plugins;
+        let key = kept.hasher.hash_one((extension_point, plugin_type, name));
+        {
+            let by_hash = kept.by_hash.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(p) =
+                by_hash.get(&key).and_then(|v| v.iter().find(|p| p.is(extension_point, plugin_type, name)))
+            {
+                p.gie.observe(secs);
+                p.llmd.observe(secs);
+                return;
+            }
+        }
         let labels =
             PluginLabels { extension_point, plugin_type, plugin_name: self.labels.config_names.get(name) };
-        self.llmd_plugin.get_or_create(&labels).observe(secs);
-        self.gie_plugin.get_or_create(&labels).observe(secs);
+        let gie = self.gie_plugin.get_or_create(&labels).clone();
+        let llmd = self.llmd_plugin.get_or_create(&labels).clone();
+        gie.observe(secs);
+        llmd.observe(secs);
+        // A name folded into `other` is not kept (it would stay folded if the cap later admitted it).
+        if labels.plugin_name.as_str() == OVERFLOW_LABEL {
+            return;
+        }
+        let mut by_hash = kept.by_hash.write().unwrap_or_else(PoisonError::into_inner);
+        let count: usize = by_hash.values().map(Vec::len).sum();
+        let entry = by_hash.entry(key).or_default();
+        if count < MAX_KEPT_PLUGINS && !entry.iter().any(|p| p.is(extension_point, plugin_type, name)) {
+            entry.push(KeptPlugin { extension_point, plugin_type, name: name.into(), gie, llmd });
+        }
     }
 }

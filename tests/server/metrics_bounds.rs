@@ -47,7 +47,7 @@ fn combinations_past_the_cap_go_to_the_overflow_series() {
         for target in &names {
             let l =
                 RequestLabels { model_name: model, target_model_name: target, priority: 2, fairness_id: "" };
-            requests.record_request(l, 100);
+            requests.record_request(&requests.series(l), 100);
         }
     }
     let page = r.encode();
@@ -61,6 +61,61 @@ fn combinations_past_the_cap_go_to_the_overflow_series() {
     assert_eq!(sum(&page, DROPPED, &[("family", "inference_objective_request")]).0, 15.0);
     assert_eq!(sum(&page, DROPPED, &[("family", "llm_d_epp_request_size_bytes")]).0, 24.0);
     assert_eq!(sum(&page, DROPPED, &[("family", "llm_d_epp_request_error")]).0, 0.0, "nothing dropped yet");
+}
+
+#[test]
+fn kept_series_record_as_fresh_lookups_would() {
+    let r = registry(10);
+    let DirectorMetrics { requests, .. } = DirectorMetrics::register(&r);
+    let names: Vec<String> = (0..11).map(|i| format!("m{i}")).collect();
+    fn l(model: &str) -> RequestLabels<'_> {
+        RequestLabels { model_name: model, target_model_name: model, priority: 2, fairness_id: "" }
+    }
+    // Each flow's series is found once and kept; every request of the flow gets the same one.
+    let first = requests.series(l(&names[0]));
+    assert!(Arc::ptr_eq(&first, &requests.series(l(&names[0]))), "one flow, one kept series");
+    for model in &names[..10] {
+        for _ in 0..2 {
+            requests.record_request(&requests.series(l(model)), 100);
+        }
+    }
+    // The 11th flow finds the counter family full: each of its recordings, through one kept series, is
+    // folded into the overflow series and counted as dropped, as a fresh lookup per recording would be.
+    let late = requests.series(l(&names[10]));
+    for _ in 0..3 {
+        requests.record_request(&late, 100);
+    }
+    let page = r.encode();
+    assert_eq!(
+        sum(&page, "inference_objective_request_total", &[]),
+        (23.0, 11),
+        "10 label sets and the overflow"
+    );
+    let overflow = [("model_name", MARKER), ("target_model_name", MARKER), ("priority", "2")];
+    assert_eq!(sum(&page, "inference_objective_request_total", &overflow), (3.0, 1));
+    assert_eq!(sum(&page, DROPPED, &[("family", "inference_objective_request")]).0, 3.0);
+    // The size histogram family holds one label set: m0's. Every other recording went to its overflow.
+    assert_eq!(sum(&page, DROPPED, &[("family", "llm_d_epp_request_size_bytes")]).0, 21.0);
+    assert_eq!(requests.kept_flows(), 11);
+}
+
+#[test]
+fn flows_folded_by_the_label_cap_are_not_kept() {
+    let r = registry(10_000);
+    let DirectorMetrics { requests, .. } = DirectorMetrics::register(&r);
+    fn l(model: &str) -> RequestLabels<'_> {
+        RequestLabels { model_name: model, target_model_name: "", priority: 0, fairness_id: "" }
+    }
+    // The per-label cap admits 1,000 model names; later ones read `other` and their flows are not kept,
+    // so that a name pinned later (a configured model) is recorded under itself from then on.
+    let names: Vec<String> = (0..1001).map(|i| format!("model-{i}")).collect();
+    for name in &names {
+        requests.record_request(&requests.series(l(name)), 1);
+    }
+    assert_eq!(requests.kept_flows(), 1000);
+    assert!(!Arc::ptr_eq(&requests.series(l(&names[1000])), &requests.series(l(&names[1000]))));
+    let page = r.encode();
+    assert_eq!(sum(&page, "llm_d_epp_request_total", &[("model_name", "other")]).0, 1.0);
 }
 
 #[test]

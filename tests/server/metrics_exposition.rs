@@ -97,12 +97,12 @@ fn label_names(text: &str, name: &str) -> Vec<String> {
 }
 
 fn record_one_of_each(m: &M, ep: &Arc<Endpoint>) {
-    m.requests.record_request(LABELS, 1000);
+    m.requests.record_request(&m.requests.series(LABELS), 1000);
     m.requests.record_error(LABELS, ErrorCode::ResourceExhausted);
     let usage = Usage { prompt_tokens: 100, completion_tokens: 10, cached_tokens: 64 };
-    m.requests.record_response(LABELS, Duration::from_secs(2), 5000, Some(usage));
-    m.requests.record_ttft(LABELS, Duration::from_millis(300), true);
-    m.requests.running_inc(LABELS);
+    m.requests.record_response(&m.requests.series(LABELS), Duration::from_secs(2), 5000, Some(usage));
+    m.requests.record_ttft(&m.requests.series(LABELS), Duration::from_millis(300), true);
+    m.requests.running_inc(&m.requests.series(LABELS));
     m.scheduler.record_scheduling(Duration::from_micros(300), "llama-lora", Some(ep));
     m.scheduler.record_scheduling(Duration::from_micros(300), "llama-lora", None);
     m.scheduler.observe_plugin("Scorer", "queue-scorer", "queue", 0.0002);
@@ -234,11 +234,11 @@ fn exposition_has_every_name_with_its_labels() {
 #[test]
 fn counters_and_histograms_accumulate() {
     let m = M::new("p");
-    m.requests.record_request(LABELS, 100);
-    m.requests.record_request(LABELS, 100);
+    m.requests.record_request(&m.requests.series(LABELS), 100);
+    m.requests.record_request(&m.requests.series(LABELS), 100);
     m.requests.record_error(LABELS, ErrorCode::BadRequest);
     let usage = Usage { prompt_tokens: 0, completion_tokens: 4, cached_tokens: 0 };
-    m.requests.record_response(LABELS, Duration::from_secs(2), 10, Some(usage));
+    m.requests.record_response(&m.requests.series(LABELS), Duration::from_secs(2), 10, Some(usage));
     let text = m.encode();
     let model = [("model_name", "llama"), ("target_model_name", "llama-lora")];
     let with_priority = [model[0], model[1], ("priority", "1")];
@@ -264,18 +264,18 @@ fn counters_and_histograms_accumulate() {
 #[test]
 fn running_gauges_never_go_negative() {
     let m = M::new("p");
-    m.requests.running_dec(LABELS);
-    m.requests.running_inc(LABELS);
-    m.requests.running_dec(LABELS);
-    m.requests.running_dec(LABELS);
+    m.requests.running_dec(&m.requests.series(LABELS));
+    m.requests.running_inc(&m.requests.series(LABELS));
+    m.requests.running_dec(&m.requests.series(LABELS));
+    m.requests.running_dec(&m.requests.series(LABELS));
     let text = m.encode();
     assert_eq!(sample(&text, "inference_objective_running_requests", &[("model_name", "llama")]), Some(0.0));
     assert_eq!(sample(&text, "llm_d_epp_request_running", &[("model_name", "llama")]), Some(0.0));
-    m.requests.running_inc(LABELS);
+    m.requests.running_inc(&m.requests.series(LABELS));
     let text = m.encode();
     assert_eq!(sample(&text, "inference_objective_running_requests", &[("model_name", "llama")]), Some(1.0));
     // No model name: not counted, as in Go.
-    m.requests.running_inc(RequestLabels { model_name: "", ..LABELS });
+    m.requests.running_inc(&m.requests.series(RequestLabels { model_name: "", ..LABELS }));
     assert!(!m.encode().contains("inference_objective_running_requests{model_name=\"\"}"));
 }
 
@@ -399,7 +399,7 @@ fn info_metric_carries_commit_and_build_ref() {
 fn request_derived_labels_are_escaped_and_bounded() {
     let m = M::new("p");
     let hostile = RequestLabels { model_name: "a\"b\\c\nd", ..LABELS };
-    m.requests.record_request(hostile, 1);
+    m.requests.record_request(&m.requests.series(hostile), 1);
     let text = m.encode();
     assert!(text.contains(r#"model_name="a\"b\\c\nd""#), "{text}");
 
@@ -408,12 +408,11 @@ fn request_derived_labels_are_escaped_and_bounded() {
     m.registry.pin_model_names(["configured"]);
     let names: Vec<String> = (0..MAX_MODEL_LABEL_VALUES + 10).map(|i| format!("m{i}")).collect();
     for name in &names {
-        m.requests.record_request(RequestLabels { model_name: name, target_model_name: name, ..LABELS }, 1);
+        let l = RequestLabels { model_name: name, target_model_name: name, ..LABELS };
+        m.requests.record_request(&m.requests.series(l), 1);
     }
-    m.requests.record_request(
-        RequestLabels { model_name: "configured", target_model_name: "configured", ..LABELS },
-        1,
-    );
+    let configured = RequestLabels { model_name: "configured", target_model_name: "configured", ..LABELS };
+    m.requests.record_request(&m.requests.series(configured), 1);
     let text = m.encode();
     let series = text.lines().filter(|l| l.starts_with("inference_objective_request_total{")).count();
     assert_eq!(series, MAX_MODEL_LABEL_VALUES + 2, "distinct names capped, the rest fold into `other`");

@@ -23,7 +23,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request as Msg, ProcessingRequest, ProcessingResponse,
 };
-use epp::extproc::envoy_msg::{body_mode, headers_of};
+use epp::extproc::envoy_msg::{body_mode, headers_from};
 use epp::extproc::responses::{self, RoutingMutation};
 use futures::Stream;
 use tokio::sync::mpsc;
@@ -142,9 +142,9 @@ async fn on_message(
     }
     let Some(request) = m.request else { return Ok(()) };
     match request {
-        Msg::RequestHeaders(h) => {
+        Msg::RequestHeaders(mut h) => {
             // Pre-size the body buffer as epp does (Content-Length, capped).
-            let headers = headers_of(h.headers.as_ref());
+            let headers = headers_from(h.headers.take());
             let expected = headers.get("content-length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
             state.body = Vec::with_capacity(expected.min(64 << 20));
             if h.end_of_stream || state.request_mode == BodySendMode::None {
