@@ -33,19 +33,20 @@ const PLUGIN_HELP: &str =
 pub struct SchedulerMetrics {
     labels: Arc<SharedLabels>,
     endpoints: Arc<EndpointSeries>,
-    gie_e2e: Histogram,
-    llmd_e2e: Histogram,
+    /// Registered under the GIE and the llm-d name: the two are the same observations with the same
+    /// labels, so one histogram serves both (one observation instead of two on every request).
+    e2e: Histogram,
     gie_attempts: CappedFamily<GieAttemptLabels, Counter>,
     llmd_attempts: CappedFamily<LlmdAttemptLabels, Counter>,
-    gie_plugin: HistogramFamily<PluginLabels>,
-    llmd_plugin: HistogramFamily<PluginLabels>,
+    /// Both names' plugin durations: one family, as with `e2e`.
+    plugin: HistogramFamily<PluginLabels>,
     kept_plugins: Arc<KeptPlugins>,
 }
 
 /// How many (extension point, plugin) pairs keep their histograms: far more than any configuration has.
 const MAX_KEPT_PLUGINS: usize = 4096;
 
-/// Each timed plugin's two duration histograms, found once. A request times every plugin of its profile
+/// Each timed plugin's duration histogram, found once. A request times every plugin of its profile
 /// and each response hook, and finding a histogram through its family cost an interning lookup and two
 /// SipHash probes per call (BENCHMARKS §11, "The transport criterion").
 #[derive(Debug, Default)]
@@ -59,8 +60,7 @@ struct KeptPlugin {
     extension_point: &'static str,
     plugin_type: &'static str,
     name: Box<str>,
-    gie: Histogram,
-    llmd: Histogram,
+    histogram: Histogram,
 }
 
 impl KeptPlugin {
@@ -89,22 +89,20 @@ impl SchedulerMetrics {
         let m = Self {
             labels: r.labels().clone(),
             endpoints: r.endpoints().clone(),
-            gie_e2e: SCHEDULER.histogram(),
-            llmd_e2e: SCHEDULER.histogram(),
+            e2e: SCHEDULER.histogram(),
             gie_attempts: r.register_capped(
                 "inference_extension_scheduler_attempts",
                 attempts(),
                 Counter::default,
             ),
             llmd_attempts: r.register_capped("llm_d_epp_scheduler_attempts", attempts(), Counter::default),
-            gie_plugin: SCHEDULER.family(),
-            llmd_plugin: SCHEDULER.family(),
+            plugin: SCHEDULER.family(),
             kept_plugins: Arc::default(),
         };
-        r.register("inference_extension_scheduler_e2e_duration_seconds", e2e(), m.gie_e2e.clone());
-        r.register("inference_extension_plugin_duration_seconds", alpha(PLUGIN_HELP), m.gie_plugin.clone());
-        r.register("llm_d_epp_scheduler_e2e_duration_seconds", e2e(), m.llmd_e2e.clone());
-        r.register("llm_d_epp_plugin_duration_seconds", alpha(PLUGIN_HELP), m.llmd_plugin.clone());
+        r.register("inference_extension_scheduler_e2e_duration_seconds", e2e(), m.e2e.clone());
+        r.register("inference_extension_plugin_duration_seconds", alpha(PLUGIN_HELP), m.plugin.clone());
+        r.register("llm_d_epp_scheduler_e2e_duration_seconds", e2e(), m.e2e.clone());
+        r.register("llm_d_epp_plugin_duration_seconds", alpha(PLUGIN_HELP), m.plugin.clone());
         let (gie, llmd) = (m.gie_attempts.clone(), m.llmd_attempts.clone());
         m.endpoints.add_pruner(Box::new(move |tracked| {
             let overflow = gie.marker().clone();
@@ -120,8 +118,7 @@ impl SchedulerMetrics {
     /// One scheduling cycle's duration and outcome; `endpoint` is the picked endpoint, `None` on failure.
     pub fn record_scheduling(&self, duration: Duration, target_model: &str, endpoint: Option<&Endpoint>) {
         let secs = duration.as_secs_f64();
-        self.gie_e2e.observe(secs);
-        self.llmd_e2e.observe(secs);
+        self.e2e.observe(secs);
         let target = self.labels.models.get(target_model);
         match endpoint {
             Some(endpoint) => self.endpoints.with(endpoint, |tracked| {
@@ -160,17 +157,14 @@ impl SchedulerMetrics {
             if let Some(p) =
                 by_hash.get(&key).and_then(|v| v.iter().find(|p| p.is(extension_point, plugin_type, name)))
             {
-                p.gie.observe(secs);
-                p.llmd.observe(secs);
+                p.histogram.observe(secs);
                 return;
             }
         }
         let labels =
             PluginLabels { extension_point, plugin_type, plugin_name: self.labels.config_names.get(name) };
-        let gie = self.gie_plugin.get_or_create(&labels).clone();
-        let llmd = self.llmd_plugin.get_or_create(&labels).clone();
-        gie.observe(secs);
-        llmd.observe(secs);
+        let histogram = self.plugin.get_or_create(&labels).clone();
+        histogram.observe(secs);
         // A name folded into `other` is not kept (it would stay folded if the cap later admitted it).
         if labels.plugin_name.as_str() == OVERFLOW_LABEL {
             return;
@@ -179,7 +173,7 @@ impl SchedulerMetrics {
         let count: usize = by_hash.values().map(Vec::len).sum();
         let entry = by_hash.entry(key).or_default();
         if count < MAX_KEPT_PLUGINS && !entry.iter().any(|p| p.is(extension_point, plugin_type, name)) {
-            entry.push(KeptPlugin { extension_point, plugin_type, name: name.into(), gie, llmd });
+            entry.push(KeptPlugin { extension_point, plugin_type, name: name.into(), histogram });
         }
     }
 }
