@@ -3,8 +3,10 @@
 #
 # Fleet: 4 epp-sim pods (PROFILE_NAME, NUM_GPU_BLOCKS KV blocks each), each on its own loopback address
 # (127.0.0.21-24) as pods are, publishing vLLM-format KV events on one port and replaying on another.
-# Workload: crates/lab/inputs/workload-live.yaml (12 shared system prompts of 1,547 tokens, 154-463-token
-# questions, 50-150 output tokens; Poisson), sent by two epp-bench processes at half the rate each.
+# Workload: WORKLOAD, by default crates/lab/inputs/workload-live.yaml (12 shared system prompts of 1,547
+# tokens, 154-463-token questions, 50-150 output tokens; Poisson), sent by two epp-bench processes at half
+# the rate each. crates/lab/inputs/precise/workload-live-eviction.yaml (with NUM_GPU_BLOCKS=1500) is the
+# one where evictions decide.
 # Setups, each on a fresh fleet (no run inherits a cache):
 #   approx-1   one epp (+ Envoy), the approximate producer; both clients send to it
 #   approx-2   two epps, each behind its own Envoy; each client sends to one (active-active)
@@ -24,7 +26,8 @@
 #   usage: scripts/precise-vs-approx.sh   (after cargo build --release --workspace --bins; make envoy)
 #   env:   ROUNDS (2), DURATION (30 s of arrivals), RATE (12 req/s in all), SEED (1), TIME_SCALE (1),
 #          PROFILE_NAME (h100-8b), NUM_GPU_BLOCKS (3000: small enough that prefixes are evicted),
-#          BASE_PORT (21000), OUT_DIR (target/precise-vs-approx), PROFILE (release), TOKENIZER_DIR (unset)
+#          BASE_PORT (21000), OUT_DIR (target/precise-vs-approx), PROFILE (release), TOKENIZER_DIR (unset),
+#          WORKLOAD (crates/lab/inputs/workload-live.yaml)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -46,6 +49,7 @@ SIM_PORT=$((BASE_PORT + 1))
 KV_PORT=$((BASE_PORT + 2))
 REPLAY_PORT=$((BASE_PORT + 3))
 TOKENIZER_DIR=${TOKENIZER_DIR:-}
+WORKLOAD=${WORKLOAD:-crates/lab/inputs/workload-live.yaml}
 SIM_TOKENIZER=()
 SETUPS="approx-1 precise-1 approx-2 precise-2"
 if [ -n "$TOKENIZER_DIR" ]; then
@@ -158,7 +162,7 @@ run() { # round setup
   echo "== round $round/$ROUNDS: $setup"
   local benches=()
   for i in 0 1; do
-    "$BIN_DIR/epp-bench" run --url "http://127.0.0.1:${listen[$i]}" --lab-workload crates/lab/inputs/workload-live.yaml \
+    "$BIN_DIR/epp-bench" run --url "http://127.0.0.1:${listen[$i]}" --lab-workload "$WORKLOAD" \
       --model "$MODEL" --poisson "$(awk -v r="$RATE" -v s="$TIME_SCALE" 'BEGIN { printf "%g", r * s / 2 }')" \
       --duration "$(awk -v d="$DURATION" -v s="$TIME_SCALE" 'BEGIN { printf "%d", d * 1000 / s }')ms" \
       --seed $((SEED * 1000 + round * 10 + i)) --prefix-seed "$SEED" --timeout 300s --max-error-rate 0 --samples \
