@@ -34,28 +34,34 @@ struct DecodePod {
 
 fn decode_pod(ip: &str, endpoints_file: &std::path::Path) -> DecodePod {
     let engine = sim(ip);
-    let port = free_port();
-    let mut command = Command::new(workspace_bin("epp-pd-sidecar"));
-    command.args([
-        "--port",
-        &port.to_string(),
-        "--model-server-host",
-        ip,
-        "--model-server-port",
-        &engine.addr.port().to_string(),
-        "--secure-proxy=false",
-        "--endpoints-file",
-        endpoints_file.to_str().unwrap_or_default(),
-        "--endpoints-file-poll",
-        "200ms",
-        "--prefill-timeout",
-        "10s",
-    ]);
-    let dir = tempfile::Builder::new().prefix("epp-pd-sidecar-").tempdir().expect("tempdir");
-    let mut sidecar = ChildGuard::spawn("epp-pd-sidecar", command, dir);
-    sidecar.wait_for_port(port);
-    let addr = format!("{ip}:{port}").parse().expect("address");
-    DecodePod { engine, sidecar, addr }
+    // A handed-out port can be taken before the sidecar binds it (a parallel test's engine binding port 0
+    // on the same address): then the sidecar exits, and it starts again on another port.
+    for _ in 0..5 {
+        let port = free_port();
+        let mut command = Command::new(workspace_bin("epp-pd-sidecar"));
+        command.args([
+            "--port",
+            &port.to_string(),
+            "--model-server-host",
+            ip,
+            "--model-server-port",
+            &engine.addr.port().to_string(),
+            "--secure-proxy=false",
+            "--endpoints-file",
+            endpoints_file.to_str().unwrap_or_default(),
+            "--endpoints-file-poll",
+            "200ms",
+            "--prefill-timeout",
+            "10s",
+        ]);
+        let dir = tempfile::Builder::new().prefix("epp-pd-sidecar-").tempdir().expect("tempdir");
+        let mut sidecar = ChildGuard::spawn("epp-pd-sidecar", command, dir);
+        if sidecar.wait_listening_unless_taken(SocketAddr::from(([127, 0, 0, 1], port))) {
+            let addr = format!("{ip}:{port}").parse().expect("address");
+            return DecodePod { engine, sidecar, addr };
+        }
+    }
+    panic!("epp-pd-sidecar found its port taken five times in a row");
 }
 
 /// The pool: prefill pods then decode pods, labelled, in llm-d's file-discovery format.

@@ -246,6 +246,32 @@ impl ChildGuard {
         self.wait_ready(&format!("listening on port {port}"), || port_accepts(port));
     }
 
+    /// Waits until `addr` accepts connections, as [`wait_for_port`](Self::wait_for_port) does, except
+    /// that a child that exits because the port was taken returns `false` instead of panicking. A port
+    /// from [`free_port`] is free only when it is handed out: until the child binds it, another process's
+    /// (or a parallel test's) bind to port 0 may get it, so the caller starts the child again on another.
+    pub fn wait_listening_unless_taken(&mut self, addr: SocketAddr) -> bool {
+        let mut exited = false;
+        let became_ready = wait_until(STARTUP_DEADLINE, || {
+            exited = matches!(self.child.try_wait(), Ok(Some(_)));
+            exited || TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
+        });
+        if exited && self.logs().contains("Address already in use") {
+            return false;
+        }
+        if exited {
+            panic!("{} exited before listening on {addr}; log:\n{}", self.name, self.log_tail());
+        }
+        if !became_ready {
+            panic!(
+                "{} not listening on {addr} after {STARTUP_DEADLINE:?}; log:\n{}",
+                self.name,
+                self.log_tail()
+            );
+        }
+        true
+    }
+
     fn log_tail(&self) -> String {
         let logs = self.logs();
         let lines: Vec<&str> = logs.lines().collect();
