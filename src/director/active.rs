@@ -6,32 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Director;
-use super::{RequestMetrics, RequestSeries};
+use super::{OwnedLabels, RequestMetrics, RequestSeries};
 use crate::flowcontrol::DispatchWaker;
 use crate::health::HealthMonitor;
-use crate::metrics::RequestLabels;
 use crate::request::{Headers, ResponseReader};
 use crate::scheduling::{Completion, CompletionKind, DispatchInfo, Observer, Pipeline};
-
-/// Owned copies of the labels a request's metrics carry.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OwnedLabels {
-    pub model_name: String,
-    pub target_model_name: String,
-    pub priority: i32,
-    pub fairness_id: String,
-}
-
-impl OwnedLabels {
-    pub fn as_labels(&self) -> RequestLabels<'_> {
-        RequestLabels {
-            model_name: &self.model_name,
-            target_model_name: &self.target_model_name,
-            priority: self.priority,
-            fairness_id: &self.fairness_id,
-        }
-    }
-}
 
 /// A dispatched request's lifecycle handle.
 pub struct ActiveRequest {

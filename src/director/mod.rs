@@ -36,7 +36,7 @@ use opentelemetry::KeyValue;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-pub use active::{ActiveRequest, OwnedLabels};
+pub use active::ActiveRequest;
 pub use decide::{decide, Decision, Refusal};
 pub use finish::routing_mutation;
 pub use metrics::RequestMetrics;
@@ -45,7 +45,7 @@ pub use mutation::RoutingMutation;
 pub use prepare::Prepared;
 pub use probe::{explain, Explained, ProbeRequest, RouteProbe};
 pub use probe_view::RouteExplanation;
-pub use series::{RequestSeries, MAX_KEPT_FLOWS};
+pub use series::{OwnedLabels, RequestSeries, MAX_KEPT_FLOWS};
 
 use crate::datastore::{Datastore, Endpoint, InvalidSubsetEntry, SubsetHint, SubsetMatch};
 use crate::error::{DropReason, RequestError};

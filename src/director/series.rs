@@ -19,9 +19,7 @@
 //!
 //! Kept handles stay valid: these families never remove a series (only the per-endpoint families do).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::MetricConstructor;
@@ -29,8 +27,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
 use crate::metrics::{
-    CappedFamily, CappedHistograms, FlowLabels, ModelLabels, ModelNameLabels, RequestDerived, RequestLabels,
-    SeriesCost, SharedLabels, OVERFLOW_LABEL,
+    CappedFamily, CappedHistograms, FlowLabels, KeptHandles, ModelLabels, ModelNameLabels, RequestDerived,
+    RequestLabels, SeriesCost, SharedLabels, OVERFLOW_LABEL,
 };
 
 /// How many flows keep their handles. Beyond it (a client inventing fairness ids, say) requests still
@@ -85,7 +83,7 @@ impl<M> Default for Both<M> {
 /// The handles of one flow.
 pub struct RequestSeries {
     /// The raw values this flow was found by.
-    raw: RawFlow,
+    raw: OwnedLabels,
     pub(super) model: ModelLabels,
     pub(super) flow: FlowLabels,
     pub(super) requests: Both<Counter>,
@@ -109,7 +107,7 @@ impl std::fmt::Debug for RequestSeries {
 }
 
 impl RequestSeries {
-    fn new(raw: RawFlow, labels: &SharedLabels) -> Self {
+    fn new(raw: OwnedLabels, labels: &SharedLabels) -> Self {
         let (model, flow) = labels.flow_labels(&raw.as_labels());
         Self {
             raw,
@@ -159,21 +157,12 @@ impl RequestSeries {
 }
 
 /// The kept flows, looked up by their raw label values without building a key.
-#[derive(Debug, Default)]
-pub(super) struct SeriesCache {
-    hasher: RandomState,
-    flows: RwLock<Flows>,
-}
+#[derive(Debug)]
+pub(super) struct SeriesCache(KeptHandles<Arc<RequestSeries>>);
 
-#[derive(Debug, Default)]
-struct Flows {
-    by_hash: HashMap<u64, Vec<Arc<RequestSeries>>>,
-    count: usize,
-}
-
-impl Flows {
-    fn find(&self, key: u64, l: RequestLabels<'_>) -> Option<&Arc<RequestSeries>> {
-        self.by_hash.get(&key)?.iter().find(|s| same(s.labels(), l))
+impl Default for SeriesCache {
+    fn default() -> Self {
+        Self(KeptHandles::new(MAX_KEPT_FLOWS))
     }
 }
 
@@ -181,33 +170,21 @@ impl SeriesCache {
     /// The series of `l`'s flow: the kept one, or a new one (kept when there is room and no value was
     /// folded into `other`).
     pub(super) fn get(&self, l: RequestLabels<'_>, labels: &SharedLabels) -> Arc<RequestSeries> {
-        let key = self.hasher.hash_one((l.model_name, l.target_model_name, l.fairness_id, l.priority));
-        let full = {
-            let flows = self.flows.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(found) = flows.find(key, l) {
-                return found.clone();
-            }
-            flows.count >= MAX_KEPT_FLOWS
-        };
-        let series = Arc::new(RequestSeries::new(owned(l), labels));
-        if full || series.folded() {
-            return series;
-        }
-        let mut flows = self.flows.write().unwrap_or_else(PoisonError::into_inner);
-        // Another thread may have kept this flow, or taken the last place, in between.
-        if let Some(found) = flows.find(key, l) {
-            return found.clone();
-        }
-        if flows.count < MAX_KEPT_FLOWS {
-            flows.count += 1;
-            flows.by_hash.entry(key).or_default().push(series.clone());
-        }
-        series
+        self.0.with(
+            (l.model_name, l.target_model_name, l.fairness_id, l.priority),
+            |s| same(s.labels(), l),
+            || {
+                let series = Arc::new(RequestSeries::new(owned(l), labels));
+                let keep = !series.folded();
+                (series, keep)
+            },
+            Arc::clone,
+        )
     }
 
     /// How many flows are kept.
     pub(super) fn len(&self) -> usize {
-        self.flows.read().unwrap_or_else(PoisonError::into_inner).count
+        self.0.len()
     }
 }
 
@@ -218,16 +195,17 @@ fn same(a: RequestLabels<'_>, b: RequestLabels<'_>) -> bool {
         && a.priority == b.priority
 }
 
-/// A flow's label values as requests carry them.
-struct RawFlow {
-    model_name: Box<str>,
-    target_model_name: Box<str>,
-    fairness_id: Box<str>,
-    priority: i32,
+/// Owned copies of the labels a request's metrics carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnedLabels {
+    pub model_name: String,
+    pub target_model_name: String,
+    pub priority: i32,
+    pub fairness_id: String,
 }
 
-impl RawFlow {
-    fn as_labels(&self) -> RequestLabels<'_> {
+impl OwnedLabels {
+    pub fn as_labels(&self) -> RequestLabels<'_> {
         RequestLabels {
             model_name: &self.model_name,
             target_model_name: &self.target_model_name,
@@ -237,11 +215,11 @@ impl RawFlow {
     }
 }
 
-fn owned(l: RequestLabels<'_>) -> RawFlow {
-    RawFlow {
-        model_name: l.model_name.into(),
-        target_model_name: l.target_model_name.into(),
-        fairness_id: l.fairness_id.into(),
+fn owned(l: RequestLabels<'_>) -> OwnedLabels {
+    OwnedLabels {
+        model_name: l.model_name.to_string(),
+        target_model_name: l.target_model_name.to_string(),
         priority: l.priority,
+        fairness_id: l.fairness_id.to_string(),
     }
 }

@@ -31,6 +31,7 @@
 mod buckets;
 mod capped;
 mod endpoints;
+mod kept;
 mod labels;
 
 use std::num::NonZeroUsize;
@@ -51,6 +52,7 @@ pub use capped::{
     OVERFLOW_SERIES_LABEL,
 };
 pub use endpoints::{EndpointSeries, PoolSummary, Pruner, Stats, TrackedEndpoint};
+pub use kept::KeptHandles;
 pub use labels::*;
 
 /// The `Content-Type` of [`MetricsRegistry::encode`]'s output.

@@ -8,9 +8,7 @@
 //! rewrite header, so the attempt families are capped; an endpoint's overflow series (target
 //! `__overflow__`) is removed with its other series.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -18,7 +16,7 @@ use prometheus_client::metrics::histogram::Histogram;
 
 use crate::datastore::Endpoint;
 use crate::metrics::{
-    alpha, CappedFamily, EndpointSeries, GieAttemptLabels, HistogramFamily, LlmdAttemptLabels,
+    alpha, CappedFamily, EndpointSeries, GieAttemptLabels, HistogramFamily, KeptHandles, LlmdAttemptLabels,
     MetricsRegistry, PluginLabels, SharedLabels, TrackedEndpoint, OVERFLOW_LABEL, SCHEDULER,
 };
 
@@ -40,7 +38,7 @@ pub struct SchedulerMetrics {
     llmd_attempts: CappedFamily<LlmdAttemptLabels, Counter>,
     /// Both names' plugin durations: one family, as with `e2e`.
     plugin: HistogramFamily<PluginLabels>,
-    kept_plugins: Arc<KeptPlugins>,
+    kept_plugins: Arc<KeptHandles<KeptPlugin>>,
 }
 
 /// How many (extension point, plugin) pairs keep their histograms: far more than any configuration has.
@@ -49,12 +47,6 @@ const MAX_KEPT_PLUGINS: usize = 4096;
 /// Each timed plugin's duration histogram, found once. A request times every plugin of its profile
 /// and each response hook, and finding a histogram through its family cost an interning lookup and two
 /// SipHash probes per call (BENCHMARKS §11, "The transport criterion").
-#[derive(Debug, Default)]
-struct KeptPlugins {
-    hasher: RandomState,
-    by_hash: RwLock<HashMap<u64, Vec<KeptPlugin>>>,
-}
-
 #[derive(Debug)]
 struct KeptPlugin {
     extension_point: &'static str,
@@ -97,7 +89,7 @@ impl SchedulerMetrics {
             ),
             llmd_attempts: r.register_capped("llm_d_epp_scheduler_attempts", attempts(), Counter::default),
             plugin: SCHEDULER.family(),
-            kept_plugins: Arc::default(),
+            kept_plugins: Arc::new(KeptHandles::new(MAX_KEPT_PLUGINS)),
         };
         r.register("inference_extension_scheduler_e2e_duration_seconds", e2e(), m.e2e.clone());
         r.register("inference_extension_plugin_duration_seconds", alpha(PLUGIN_HELP), m.plugin.clone());
@@ -150,30 +142,18 @@ impl SchedulerMetrics {
         name: &str,
         secs: f64,
     ) {
-        let kept = &self.kept_plugins;
-        let key = kept.hasher.hash_one((extension_point, plugin_type, name));
-        {
-            let by_hash = kept.by_hash.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(p) =
-                by_hash.get(&key).and_then(|v| v.iter().find(|p| p.is(extension_point, plugin_type, name)))
-            {
-                p.histogram.observe(secs);
-                return;
-            }
-        }
-        let labels =
-            PluginLabels { extension_point, plugin_type, plugin_name: self.labels.config_names.get(name) };
-        let histogram = self.plugin.get_or_create(&labels).clone();
-        histogram.observe(secs);
-        // A name folded into `other` is not kept (it would stay folded if the cap later admitted it).
-        if labels.plugin_name.as_str() == OVERFLOW_LABEL {
-            return;
-        }
-        let mut by_hash = kept.by_hash.write().unwrap_or_else(PoisonError::into_inner);
-        let count: usize = by_hash.values().map(Vec::len).sum();
-        let entry = by_hash.entry(key).or_default();
-        if count < MAX_KEPT_PLUGINS && !entry.iter().any(|p| p.is(extension_point, plugin_type, name)) {
-            entry.push(KeptPlugin { extension_point, plugin_type, name: name.into(), histogram });
-        }
+        self.kept_plugins.with(
+            (extension_point, plugin_type, name),
+            |p| p.is(extension_point, plugin_type, name),
+            || {
+                let plugin_name = self.labels.config_names.get(name);
+                // A name folded into `other` is not kept (it would stay folded if the cap later admitted it).
+                let keep = plugin_name.as_str() != OVERFLOW_LABEL;
+                let labels = PluginLabels { extension_point, plugin_type, plugin_name };
+                let histogram = self.plugin.get_or_create(&labels).clone();
+                (KeptPlugin { extension_point, plugin_type, name: name.into(), histogram }, keep)
+            },
+            |p| p.histogram.observe(secs),
+        );
     }
 }
