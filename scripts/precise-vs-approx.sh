@@ -27,7 +27,7 @@
 #   env:   ROUNDS (2), DURATION (30 s of arrivals), RATE (12 req/s in all), SEED (1), TIME_SCALE (1),
 #          PROFILE_NAME (h100-8b), NUM_GPU_BLOCKS (3000: small enough that prefixes are evicted),
 #          BASE_PORT (21000), OUT_DIR (target/precise-vs-approx), PROFILE (release), TOKENIZER_DIR (unset),
-#          WORKLOAD (crates/lab/inputs/workload-live.yaml)
+#          WORKLOAD (crates/lab/inputs/workload-live.yaml), SETUPS (a subset of the setups above, in order)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -51,12 +51,13 @@ REPLAY_PORT=$((BASE_PORT + 3))
 TOKENIZER_DIR=${TOKENIZER_DIR:-}
 WORKLOAD=${WORKLOAD:-crates/lab/inputs/workload-live.yaml}
 SIM_TOKENIZER=()
-SETUPS="approx-1 precise-1 approx-2 precise-2"
+DEFAULT_SETUPS="approx-1 precise-1 approx-2 precise-2"
 if [ -n "$TOKENIZER_DIR" ]; then
   TOKENIZER_DIR=$(cd "$TOKENIZER_DIR" && pwd)
   SIM_TOKENIZER=(--tokenizer-dir "$TOKENIZER_DIR")
-  SETUPS="approx-1 precise-1 local-1 approx-2 precise-2 local-2"
+  DEFAULT_SETUPS="approx-1 precise-1 local-1 approx-2 precise-2 local-2"
 fi
+SETUPS=${SETUPS:-$DEFAULT_SETUPS}
 
 ENVOY=${ENVOY_BIN:-$(ls .venv/lib/python*/site-packages/envoy/_bin/envoy .venv/bin/envoy 2>/dev/null | head -1)}
 for tool in "$BIN_DIR/epp" "$BIN_DIR/epp-sim" "$BIN_DIR/epp-bench" "$ENVOY"; do

@@ -208,3 +208,38 @@ fn speculative_entries_match_until_they_expire_and_survive_confirmation() {
     ix.apply(A, "m", &removed(&[1]));
     assert_eq!(matches(&ix, &keys), vec![(A, 4, 4.0)], "speculation still covers the removed block");
 }
+
+#[test]
+fn pending_speculation_waits_for_its_first_token_and_never_outlives_the_guard() {
+    use std::time::Duration;
+    let mut ix = index(16);
+    let keys = request(&ix, "m", 0..64);
+    let now = std::time::Instant::now();
+    ix.speculate_pending(A, &keys, 7, now);
+    ix.speculate_pending(B, &keys, 8, now);
+    assert!(ix.is_pending(7) && ix.is_pending(8));
+    assert_eq!(ix.next_expiry(), Some(now + speculation::MAX_PENDING));
+    assert_eq!(ix.expire_speculation(now + Duration::from_secs(60)), 0, "pending: no TTL runs");
+    assert_eq!(matches(&ix, &keys), vec![(A, 4, 4.0), (B, 4, 4.0)]);
+
+    // Request 7's first token starts its TTL; a second report of it does nothing.
+    let ttl_end = now + Duration::from_secs(62);
+    assert!(ix.served(7, ttl_end));
+    assert!(!ix.served(7, ttl_end + Duration::from_secs(100)));
+    assert_eq!(ix.next_expiry(), Some(ttl_end), "the TTL that runs ends first");
+    assert_eq!(ix.expire_speculation(ttl_end), 1);
+    assert_eq!(matches(&ix, &keys), vec![(B, 4, 4.0)]);
+
+    // Request 8 never reports back: the guard drops it.
+    assert_eq!(ix.pending_speculation(), 1);
+    assert_eq!(ix.expire_speculation(now + speculation::MAX_PENDING), 1);
+    assert_eq!(ix.pending_speculation(), 0);
+    assert!(matches(&ix, &keys).is_empty());
+    assert_eq!(ix.next_expiry(), None);
+
+    // An endpoint that leaves takes its pending entries with it.
+    ix.speculate_pending(A, &keys, 9, now);
+    ix.remove_endpoint(A);
+    assert!(!ix.is_pending(9));
+    assert!(matches(&ix, &keys).is_empty());
+}

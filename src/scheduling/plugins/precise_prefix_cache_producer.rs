@@ -14,12 +14,12 @@
 //! errors. A centralised `zmqEndpoint` is bound, the engines publishing to it ([`crate::kvcache`]'s
 //! central socket), beside or instead of (`discoverPods: false`) the dialled subscribers. With `replaySocketPort`, missed events are replayed; without it
 //! an endpoint's entries are dropped whenever events may have been missed. With `speculativeIndexing`,
-//! `pre_request` indexes a routed request's blocks on its target for `speculativeTTL`
-//! ([`crate::kvcache`]'s speculation), so a burst of one prompt lands together before the first event.
+//! `pre_request` indexes a routed request's blocks on its target until `speculativeTTL` after its first
+//! token ([`crate::kvcache`]'s speculation), so a burst of one prompt lands together before the first event.
 
 use std::cell::RefCell;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::prefix_hash::CHARS_PER_TOKEN;
 use crate::kvcache::{
@@ -27,8 +27,8 @@ use crate::kvcache::{
     PrefixMatch as HeldPrefix,
 };
 use crate::scheduling::{
-    BuiltPlugin, Candidate, DataKey, DataProducer, DispatchInfo, FactoryContext, KvCacheMetrics, PluginError,
-    PreRequest, PrefixMatch, SchedulingRequest, SchedulingResult,
+    BuiltPlugin, Candidate, Completion, DataKey, DataProducer, DispatchInfo, FactoryContext, KvCacheMetrics,
+    PluginError, PreRequest, PrefixMatch, ResponseHook, SchedulingRequest, SchedulingResult,
 };
 
 pub(crate) const TYPE_NAME: &str = "precise-prefix-cache-producer";
@@ -130,9 +130,10 @@ impl DataProducer for PrecisePrefixCacheProducer {
 }
 
 impl PreRequest for PrecisePrefixCacheProducer {
-    /// With speculation on: the request's blocks count as held by its target from now, for the TTL.
-    fn pre_request(&self, req: &SchedulingRequest<'_>, result: &SchedulingResult, _: &DispatchInfo) {
-        let (Some(ttl), Some(tokens), false) = (self.speculative_ttl, req.token_ids, req.dry_run) else {
+    /// With speculation on: the request's blocks count as held by its target from now until the TTL after
+    /// its first token ([`crate::kvcache`]'s speculation says why not from now).
+    fn pre_request(&self, req: &SchedulingRequest<'_>, result: &SchedulingResult, info: &DispatchInfo) {
+        let (Some(_), Some(tokens), false) = (self.speculative_ttl, req.token_ids, req.dry_run) else {
             return;
         };
         let Some(id) =
@@ -144,8 +145,31 @@ impl PreRequest for PrecisePrefixCacheProducer {
             let mut index = lock_index(self.pool.index());
             index.expire_speculation(req.now);
             index.request_keys(req.target_model, tokens, keys);
-            index.speculate(id, keys, req.now + ttl);
+            index.speculate_pending(id, keys, info.dispatch_id, req.now);
         });
+    }
+}
+
+impl ResponseHook for PrecisePrefixCacheProducer {
+    /// The first token: the engine has computed the blocks, and its events follow; the TTL starts.
+    fn on_response_chunk(&self, info: &DispatchInfo, _chunk: &[u8], first: bool, now: Instant) {
+        if first {
+            self.start_ttl(info.dispatch_id, now);
+        }
+    }
+
+    /// An end without a first token (an error, a cancel) starts the TTL too.
+    fn on_complete(&self, info: &DispatchInfo, completion: &Completion) {
+        self.start_ttl(info.dispatch_id, completion.now);
+    }
+}
+
+impl PrecisePrefixCacheProducer {
+    fn start_ttl(&self, dispatch: u64, now: Instant) {
+        let Some(ttl) = self.speculative_ttl else { return };
+        if read_index(self.pool.index()).is_pending(dispatch) {
+            lock_index(self.pool.index()).served(dispatch, now + ttl);
+        }
     }
 }
 
@@ -174,7 +198,10 @@ pub(crate) fn factory(
         producer._subscribers = Some(spawn_pool(pool, ctx.datastore.clone()));
     }
     let producer = Arc::new(producer);
-    Ok(BuiltPlugin::new(TYPE_NAME, name).producer(producer.clone()).pre_request(producer))
+    Ok(BuiltPlugin::new(TYPE_NAME, name)
+        .producer(producer.clone())
+        .pre_request(producer.clone())
+        .response(producer))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ use super::*;
 use crate::kvcache::{BlockStored, KvEvent, Subscribers};
 use crate::kvcache::{HashAlgorithm, PoolConfig, TierWeights, DEFAULT_MAX_BLOCKS};
 use crate::scheduling::plugins::testing::{assert_rejects, build, endpoint, RequestFixture};
+use crate::scheduling::CompletionKind;
 
 /// llm-d's reference producer entry (llm-d/llm-d:guides/pd-disaggregation/router/pd-multi-tier.values.yaml,
 /// with the replay port of its precise-routing lab).
@@ -136,7 +137,7 @@ async fn candidates_get_their_longest_held_run_at_tier_weights() {
 }
 
 #[tokio::test]
-async fn with_speculation_a_routed_prompt_counts_on_its_target_until_the_ttl() {
+async fn with_speculation_a_routed_prompt_counts_on_its_target_until_the_ttl_after_its_first_token() {
     use crate::scheduling::plugins::testing::{dispatch, result_for};
     let params = json!({"speculativeIndexing": true, "speculativeTTL": "2s", "tokenProcessorConfig": {"blockSizeTokens": 4}});
     let config = parse_config("p", Some(&params)).expect("config");
@@ -155,13 +156,43 @@ async fn with_speculation_a_routed_prompt_counts_on_its_target_until_the_ttl() {
     let tokens: Vec<u32> = (0..16).collect();
     let mut req = fixture.request();
     req.token_ids = Some(&tokens);
-    producer.pre_request(&req, &result_for(std::slice::from_ref(&one)), &dispatch(&one, 16, 32));
-    let mut candidates: Vec<Candidate> = [one.clone(), two].into_iter().map(Candidate::new).collect();
+    let routed = dispatch(&one, 16, 32);
+    producer.pre_request(&req, &result_for(std::slice::from_ref(&one)), &routed);
+    let mut candidates: Vec<Candidate> = [one.clone(), two.clone()].into_iter().map(Candidate::new).collect();
     producer.prepare(&req, &mut candidates);
     let matched =
         |c: &[Candidate]| c.iter().map(|c| c.attrs.prefix.map_or(0, |p| p.match_blocks)).collect::<Vec<_>>();
     assert_eq!(matched(&candidates), [4, 0], "the routed prompt's 4 blocks, on its target only");
-    req.now += Duration::from_secs(2);
+    // Queued in the engine past the TTL: the engine has not computed the blocks yet, so they still count.
+    req.now += Duration::from_secs(5);
+    producer.prepare(&req, &mut candidates);
+    assert_eq!(matched(&candidates), [4, 0], "waiting for its first token, the request keeps its entries");
+    producer.on_response_chunk(&routed, b"data: {}", false, req.now);
+    producer.on_response_chunk(&routed, b"data: {}", true, req.now);
+    producer.on_response_chunk(&routed, b"data: {}", false, req.now + Duration::from_secs(1));
+    req.now += Duration::from_millis(1_999);
+    producer.prepare(&req, &mut candidates);
+    assert_eq!(matched(&candidates), [4, 0], "the TTL runs from the first token");
+    req.now += Duration::from_millis(1);
     producer.prepare(&req, &mut candidates);
     assert_eq!(matched(&candidates), [0, 0], "expired: no engine ever confirmed them");
+    producer.on_complete(&routed, &completion(req.now));
+    producer.prepare(&req, &mut candidates);
+    assert_eq!(matched(&candidates), [0, 0], "the end of a served request changes nothing");
+
+    // A request that ends without a first token (refused, cancelled) starts its TTL at its end.
+    let mut second = dispatch(&two, 16, 32);
+    second.dispatch_id = 2;
+    producer.pre_request(&req, &result_for(std::slice::from_ref(&two)), &second);
+    producer.on_complete(&second, &completion(req.now + Duration::from_secs(30)));
+    req.now += Duration::from_secs(31);
+    producer.prepare(&req, &mut candidates);
+    assert_eq!(matched(&candidates), [0, 4], "within the TTL of the request's end");
+    req.now += Duration::from_secs(1);
+    producer.prepare(&req, &mut candidates);
+    assert_eq!(matched(&candidates), [0, 0]);
+}
+
+fn completion(now: std::time::Instant) -> Completion {
+    Completion { kind: CompletionKind::Aborted, status: None, usage: None, now }
 }
