@@ -74,7 +74,7 @@ async fn slo_aware_routing_trains_predicts_and_sheds_through_envoy() {
     // Warm-up: no model yet, yet every request is routed (the scorer's composite fallback). The window
     // holds a tenth of the samples out for scoring, chosen by a hash of each sample (timings included), so
     // how many requests the first model takes varies from run to run: send until one is published. (With
-    // a fixed 12 and the default first-model minimum of 10, about one run in nine had too few left.)
+    // a fixed 12 and the default first-model minimum of 10, one run in 10 to 25 had too few left.)
     assert_eq!(generation(&stack.epp), 0.0);
     let mut sent = 0;
     while generation(&stack.epp) < 1.0 {
