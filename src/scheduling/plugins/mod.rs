@@ -13,6 +13,7 @@ use super::registry::{parse_params, PluginError, Registry};
 
 pub(crate) mod active_request_scorer;
 pub(crate) mod approx_prefix_cache_producer;
+pub(crate) mod cold_prefix_affinity_scorer;
 pub(crate) mod concurrency_capacity;
 pub(crate) mod concurrency_detector;
 pub(crate) mod destination_endpoint_served_verifier;
@@ -87,6 +88,7 @@ impl Registry {
 /// Registers every built-in plugin type.
 pub fn register_all(registry: &mut Registry) {
     registry.register(queue_scorer::TYPE_NAME, queue_scorer::factory);
+    registry.register(cold_prefix_affinity_scorer::TYPE_NAME, cold_prefix_affinity_scorer::factory);
     registry.register(running_requests_size_scorer::TYPE_NAME, running_requests_size_scorer::factory);
     registry.register(kv_cache_utilization_scorer::TYPE_NAME, kv_cache_utilization_scorer::factory);
     registry.register(lora_affinity_scorer::TYPE_NAME, lora_affinity_scorer::factory);
