@@ -27,7 +27,8 @@
 #   env:   ROUNDS (2), DURATION (30 s of arrivals), RATE (12 req/s in all), SEED (1), TIME_SCALE (1),
 #          PROFILE_NAME (h100-8b), NUM_GPU_BLOCKS (3000: small enough that prefixes are evicted),
 #          BASE_PORT (21000), OUT_DIR (target/precise-vs-approx), PROFILE (release), TOKENIZER_DIR (unset),
-#          WORKLOAD (crates/lab/inputs/workload-live.yaml), SETUPS (a subset of the setups above, in order)
+#          WORKLOAD (crates/lab/inputs/workload-live.yaml), SETUPS (a subset of the setups above, in order),
+#          PRECISE_CONFIG (config/precise-prefix.yaml: the precise and local setups' config)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -50,6 +51,7 @@ KV_PORT=$((BASE_PORT + 2))
 REPLAY_PORT=$((BASE_PORT + 3))
 TOKENIZER_DIR=${TOKENIZER_DIR:-}
 WORKLOAD=${WORKLOAD:-crates/lab/inputs/workload-live.yaml}
+PRECISE_CONFIG=${PRECISE_CONFIG:-config/precise-prefix.yaml}
 SIM_TOKENIZER=()
 DEFAULT_SETUPS="approx-1 precise-1 approx-2 precise-2"
 if [ -n "$TOKENIZER_DIR" ]; then
@@ -101,7 +103,7 @@ approx_config() {
 precise_config() {
   sed -e "s#http://render:8000#http://${IPS[0]}:$SIM_PORT#" -e "s/ socketPort: 5557/ socketPort: $KV_PORT/" \
     -e "s/replaySocketPort: 5558/replaySocketPort: $REPLAY_PORT/" -e "s#meta-llama/Llama-3.1-8B-Instruct#$MODEL#" \
-    config/precise-prefix.yaml
+    "$PRECISE_CONFIG"
 }
 
 local_config() { # precise_config with the model's tokenizer and chat template in epp
