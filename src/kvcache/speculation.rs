@@ -44,8 +44,8 @@ pub(super) struct Speculation {
 }
 
 impl KvIndex {
-    /// `endpoint` was just chosen for a request whose block keys are `keys`: index them there until
-    /// `expires`.
+    /// Indexes `keys` on `endpoint` until `expires`, with no request to wait for (tests of expiry).
+    #[cfg(test)]
     pub fn speculate(&mut self, endpoint: EndpointId, keys: &[u64], expires: Instant) {
         if self.hold_speculative(endpoint, keys) {
             self.speculation.expiring.push_back((expires, Entry { endpoint, keys: keys.to_vec() }));
@@ -101,18 +101,15 @@ impl KvIndex {
             expired += 1;
         }
         while let Some(&(routed, dispatch)) = self.speculation.pending_order.front() {
-            let Some(entry) = self.speculation.pending.get(&dispatch) else {
-                self.speculation.pending_order.pop_front();
-                continue;
-            };
-            if routed + MAX_PENDING > now {
+            let still_pending = self.speculation.pending.contains_key(&dispatch);
+            if still_pending && routed + MAX_PENDING > now {
                 break;
             }
-            let (endpoint, keys) = (entry.endpoint, entry.keys.clone());
-            self.speculation.pending.remove(&dispatch);
             self.speculation.pending_order.pop_front();
-            self.unhold(endpoint, SPECULATIVE_TIER, &keys);
-            expired += 1;
+            if let Some(entry) = self.speculation.pending.remove(&dispatch) {
+                self.unhold(entry.endpoint, SPECULATIVE_TIER, &entry.keys);
+                expired += 1;
+            }
         }
         expired
     }
@@ -122,13 +119,11 @@ impl KvIndex {
     pub fn next_expiry(&self) -> Option<Instant> {
         let expiring = self.speculation.expiring.front().map(|(expires, _)| *expires);
         let pending = self.speculation.pending_order.front().map(|(routed, _)| *routed + MAX_PENDING);
-        match (expiring, pending) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        expiring.into_iter().chain(pending).min()
     }
 
     /// Requests whose entries wait for their first token.
+    #[cfg(test)]
     pub fn pending_speculation(&self) -> usize {
         self.speculation.pending.len()
     }

@@ -55,11 +55,10 @@ pub(crate) struct ColdPrefixAffinityScorer {
 }
 
 impl ColdPrefixAffinityScorer {
-    /// The prompt's opening as one hash: the model, then the opening's bytes.
-    fn opening(&self, req: &SchedulingRequest<'_>) -> u64 {
-        let text = req.prefix_text();
-        let opening = &text[..text.len().min(self.opening_bytes)];
-        xxh64(opening, xxh64(req.target_model.as_bytes(), 0)).max(1)
+    /// The opening of `prompt` as one hash: the model, then the opening's bytes (never 0, the empty slot).
+    fn opening(&self, model: &str, prompt: &[u8]) -> u64 {
+        let opening = &prompt[..prompt.len().min(self.opening_bytes)];
+        xxh64(opening, xxh64(model.as_bytes(), 0)).max(1)
     }
 
     /// Whether `opening` was seen before; records it unless `dry_run` (a route probe changes nothing).
@@ -72,9 +71,9 @@ impl ColdPrefixAffinityScorer {
     }
 }
 
-/// The rendezvous weight of `endpoint` for `opening`: a hash of both, the same in every replica.
-fn weight(opening: u64, endpoint: &Candidate) -> u64 {
-    xxh64(endpoint.endpoint.host_port.as_bytes(), opening)
+/// The rendezvous weight of `candidate` for `opening`: a hash of both, the same in every replica.
+fn weight(opening: u64, candidate: &Candidate) -> u64 {
+    xxh64(candidate.endpoint.host_port.as_bytes(), opening)
 }
 
 impl Scorer for ColdPrefixAffinityScorer {
@@ -90,10 +89,11 @@ impl Scorer for ColdPrefixAffinityScorer {
         scores: &mut [f64],
     ) {
         scores.fill(0.0);
-        if req.prefix_text().is_empty() {
+        let prompt = req.prefix_text();
+        if prompt.is_empty() {
             return;
         }
-        let opening = self.opening(req);
+        let opening = self.opening(req.target_model, prompt);
         let recurs = self.recurs(opening, req.dry_run);
         let held = subset.iter().any(|&i| candidates[i].attrs.prefix.is_some_and(|m| m.match_blocks > 0));
         if held || !recurs {
