@@ -100,6 +100,7 @@ impl Settings {
             scrape: telemetry::ScrapeConfig {
                 refresh_interval: cli.refresh_metrics_interval,
                 insecure_skip_verify: loaded.data_source.insecure_skip_verify,
+                name_filter: loaded.data_source.name_filter,
                 engines: Arc::new(engine_set(loaded)?),
                 on_update: None,
                 ..Default::default()

@@ -21,6 +21,7 @@ struct MetricsSourceParams {
     scheme: Option<MetricsScheme>,
     path: Option<String>,
     insecure_skip_verify: Option<bool>,
+    name_filter: Option<bool>,
 }
 
 /// Parsers take no parameters; anything given is a mistake worth reporting.
@@ -80,6 +81,7 @@ fn data_source(name: &str, p: MetricsSourceParams) -> Result<DataSourceConfig, C
         scheme: p.scheme.unwrap_or(defaults.scheme),
         path,
         insecure_skip_verify: p.insecure_skip_verify.unwrap_or(defaults.insecure_skip_verify),
+        name_filter: p.name_filter.unwrap_or(defaults.name_filter),
     })
 }
 

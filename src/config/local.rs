@@ -26,11 +26,18 @@ pub struct DataSourceConfig {
     /// Always starts with `/`.
     pub path: String,
     pub insecure_skip_verify: bool,
+    /// Ask for only the families epp reads (`nameFilter`, an epp extension; default true).
+    pub name_filter: bool,
 }
 
 impl Default for DataSourceConfig {
     fn default() -> Self {
-        Self { scheme: MetricsScheme::Http, path: "/metrics".to_string(), insecure_skip_verify: true }
+        Self {
+            scheme: MetricsScheme::Http,
+            path: "/metrics".to_string(),
+            insecure_skip_verify: true,
+            name_filter: true,
+        }
     }
 }
 

@@ -26,6 +26,12 @@ pub struct Extraction {
     pub error: Option<ExtractError>,
     /// Lines skipped as malformed (diagnostics only).
     pub malformed_lines: usize,
+    /// Whether the page held any of the load families (queue, running batch, KV usage): a page without
+    /// them says nothing about the server.
+    pub found_load_families: bool,
+    /// Sample lines of families the engine mapping does not read: 0 when the server sent only what was
+    /// asked for (`super::name_filter`).
+    pub unwanted_samples: usize,
 }
 
 /// Everything wrong with one page; displayed as the problems joined with `; `.
@@ -200,11 +206,18 @@ pub fn extract(
     // A page with none of the load families (an HTML error page, a proxy's 200, garbage) says nothing
     // about the server: it must not refresh the telemetry's age, or the endpoint health check would take
     // frozen values for fresh ones.
-    if !(queued.matched || running.matched || kv.matched || kv_fallback.matched) {
+    let found_load_families = queued.matched || running.matched || kv.matched || kv_fallback.matched;
+    if !found_load_families {
         metrics.update_time = previous.update_time;
     }
     let error = (!problems.is_empty()).then_some(ExtractError { problems });
-    Extraction { metrics, error, malformed_lines: samples.malformed_lines() }
+    Extraction {
+        metrics,
+        error,
+        malformed_lines: samples.malformed_lines(),
+        found_load_families,
+        unwanted_samples: samples.unwanted_samples(),
+    }
 }
 
 /// Go's `int(float)`, saturating: negative and NaN become 0.

@@ -34,6 +34,7 @@ const MIN_READ: usize = 16 << 10;
 pub(crate) struct Http1Scrape {
     host: String,
     port: u16,
+    authority: String,
     request: Vec<u8>,
     stream: Option<TcpStream>,
 }
@@ -51,8 +52,17 @@ impl Http1Scrape {
         }
         let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_string();
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: */*\r\n\r\n").into_bytes();
-        Some(Self { host, port: authority.port_u16().unwrap_or(80), request, stream: None })
+        let request = request_line(path, authority.as_str());
+        let port = authority.port_u16().unwrap_or(80);
+        Some(Self { host, port, authority: authority.to_string(), request, stream: None })
+    }
+
+    /// Asks for `url`'s path and query from now on, over the same connection (the caller keeps the scheme
+    /// and authority: `super::name_filter`'s forms of one URL). A URL that does not parse changes nothing.
+    pub(crate) fn set_url(&mut self, url: &str) {
+        if let Some(path) = url.parse::<http::Uri>().ok().as_ref().and_then(|u| u.path_and_query()) {
+            self.request = request_line(path.as_str(), &self.authority);
+        }
     }
 
     /// GETs the page into `buf` (cleared first); returns where its body lies in `buf`. Cancel-safe in
@@ -150,6 +160,10 @@ impl Http1Scrape {
         let keep = (head.keep_alive && buf.len() == body.end).then_some(stream);
         Ok(Answer { body, keep })
     }
+}
+
+fn request_line(path: &str, authority: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: */*\r\n\r\n").into_bytes()
 }
 
 struct Answer {

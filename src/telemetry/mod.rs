@@ -12,6 +12,7 @@
 mod engines;
 mod extractor;
 mod http1;
+mod name_filter;
 pub mod parser;
 mod pool_metrics;
 mod scrape_error;
@@ -30,5 +31,8 @@ pub use scraper::{ScrapeConfig, ScrapeConnection, ScrapeError, Scraper, Telemetr
 pub use spec::{MetricSpec, SpecError};
 pub use supervisor::{spawn_scrapers, ScrapeLoops};
 
+#[cfg(test)]
+#[path = "name_filter_tests.rs"]
+mod name_filter_tests;
 #[cfg(test)]
 mod test_data;

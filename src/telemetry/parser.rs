@@ -118,11 +118,18 @@ pub struct SampleIter<'a, 'f, F: NameFilter + ?Sized> {
     pos: usize,
     filter: &'f F,
     malformed: usize,
+    unwanted: usize,
 }
 
 impl<'a, 'f, F: NameFilter + ?Sized> SampleIter<'a, 'f, F> {
     pub fn new(page: &'a [u8], filter: &'f F) -> Self {
-        Self { page, pos: 0, filter, malformed: 0 }
+        Self { page, pos: 0, filter, malformed: 0, unwanted: 0 }
+    }
+
+    /// Sample lines skipped so far because the filter did not want their name (comments and blank lines
+    /// are not counted): 0 on a page that holds only the wanted families.
+    pub fn unwanted_samples(&self) -> usize {
+        self.unwanted
     }
 
     /// Lines skipped as malformed so far: every wanted line that failed to parse, plus lines whose name
@@ -146,6 +153,7 @@ impl<'a, F: NameFilter + ?Sized> Iterator for SampleIter<'a, '_, F> {
             }
             match classify_line(line, self.filter) {
                 LineKind::Skip => {}
+                LineKind::Unwanted => self.unwanted += 1,
                 LineKind::Malformed => self.malformed += 1,
                 LineKind::Wanted { name_start, name_end } => match parse_sample(line, name_start, name_end) {
                     Some(sample) => return Some(sample),
@@ -163,9 +171,15 @@ pub fn parse_all(page: &[u8]) -> SampleIter<'_, 'static, AllNames> {
 }
 
 enum LineKind {
+    /// A comment or a blank line.
     Skip,
+    /// A sample whose name the filter does not want.
+    Unwanted,
     Malformed,
-    Wanted { name_start: usize, name_end: usize },
+    Wanted {
+        name_start: usize,
+        name_end: usize,
+    },
 }
 
 fn is_blank(b: u8) -> bool {
@@ -200,7 +214,7 @@ fn classify_line<F: NameFilter + ?Sized>(line: &[u8], filter: &F) -> LineKind {
     }
     match filter.wanted_prefix(&line[name_start..]) {
         Some(len) => LineKind::Wanted { name_start, name_end: name_start + len },
-        None => LineKind::Skip,
+        None => LineKind::Unwanted,
     }
 }
 

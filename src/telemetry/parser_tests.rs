@@ -175,3 +175,15 @@ fn every_truncation_and_mutation_of_a_real_page_never_panics() {
         let _ = it.malformed_lines();
     }
 }
+
+#[test]
+fn unwanted_samples_are_counted_and_comments_are_not() {
+    let wanted = ["vllm:a".to_string()];
+    let page = "# HELP vllm:a a\n# TYPE vllm:a gauge\nvllm:a 1\n\n# TYPE vllm:b_total counter\nvllm:b_total 2\nvllm:a_bucket{le=\"1\"} 3\n";
+    let mut it = SampleIter::new(page.as_bytes(), wanted.as_slice());
+    assert_eq!(it.by_ref().map(|s| s.name).collect::<Vec<_>>(), ["vllm:a"]);
+    assert_eq!((it.unwanted_samples(), it.malformed_lines()), (2, 0));
+    let mut only_wanted = SampleIter::new(b"# HELP vllm:a a\nvllm:a 1\n".as_slice(), wanted.as_slice());
+    assert_eq!(only_wanted.by_ref().count(), 1);
+    assert_eq!(only_wanted.unwanted_samples(), 0);
+}

@@ -9,6 +9,7 @@
 //! failing → recovered): at 20 polls a second a down endpoint would otherwise flood the log.
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,7 @@ use tokio::time::MissedTickBehavior;
 use super::engines::{EngineMapping, EngineSet};
 use super::extractor::extract;
 use super::http1::Http1Scrape;
+use super::name_filter::{Answer, PageFilter};
 pub use super::scrape_error::ScrapeError;
 use crate::datastore::Endpoint;
 
@@ -38,6 +40,9 @@ pub struct ScrapeConfig {
     pub insecure_skip_verify: bool,
     /// A page larger than this is an error rather than a memory spike (default 16 MiB).
     pub max_page_bytes: usize,
+    /// Ask each server for only the families epp reads (`metrics-data-source`'s `nameFilter`, default
+    /// true; [`super::name_filter`]).
+    pub name_filter: bool,
     pub engines: Arc<EngineSet>,
     pub on_update: Option<TelemetryUpdated>,
 }
@@ -50,6 +55,7 @@ impl Default for ScrapeConfig {
             http_timeout: Duration::from_secs(10),
             insecure_skip_verify: true,
             max_page_bytes: 16 << 20,
+            name_filter: true,
             engines: Arc::new(EngineSet::builtin()),
             on_update: None,
         }
@@ -64,23 +70,59 @@ impl fmt::Debug for ScrapeConfig {
             .field("http_timeout", &self.http_timeout)
             .field("insecure_skip_verify", &self.insecure_skip_verify)
             .field("max_page_bytes", &self.max_page_bytes)
+            .field("name_filter", &self.name_filter)
             .field("engines", &self.engines)
             .field("on_update", &self.on_update.is_some())
             .finish()
     }
 }
 
-/// What one endpoint's scrape loop keeps between polls: the page buffer, and for a plain-http URL its own
-/// connection.
+/// What one endpoint's scrape loop keeps between polls: the page buffer, which form of the page it asks
+/// for, and for a plain-http URL its own connection.
 #[derive(Debug)]
 pub struct ScrapeConnection {
     page: Vec<u8>,
+    filter: PageFilter,
     plain: Option<Http1Scrape>,
 }
 
 impl ScrapeConnection {
+    /// A connection that asks for the whole page.
     pub fn new(metrics_url: &str) -> Self {
-        Self { page: Vec::new(), plain: Http1Scrape::for_url(metrics_url) }
+        Self::filtered(metrics_url, &[], false)
+    }
+
+    /// A connection that asks for only `names` when `enabled`, as far as the server honours it.
+    pub fn filtered(metrics_url: &str, names: &[String], enabled: bool) -> Self {
+        let filter = PageFilter::new(metrics_url, names, enabled);
+        let mut plain = Http1Scrape::for_url(metrics_url);
+        if let Some(plain) = &mut plain {
+            plain.set_url(filter.url());
+        }
+        Self { page: Vec::new(), filter, plain }
+    }
+
+    /// True while the server answers with only the families asked for.
+    pub fn is_filtered(&self) -> bool {
+        self.filter.is_filtered()
+    }
+
+    /// The URL the next poll asks for.
+    pub fn url(&self) -> &str {
+        self.filter.url()
+    }
+
+    /// Records what the current form of the page got; true when the caller should fetch again now.
+    fn record(&mut self, answer: Answer) -> bool {
+        let was = self.filter.is_whole();
+        let again = self.filter.record(answer);
+        if let Some(plain) = &mut self.plain {
+            plain.set_url(self.filter.url());
+        }
+        if self.filter.is_whole() && !was {
+            tracing::debug!(url = %self.filter.url(), "the server does not filter its page by name: scraping it whole");
+        }
+        again
     }
 }
 
@@ -114,24 +156,29 @@ impl Scraper {
         engine: &EngineMapping,
         connection: &mut ScrapeConnection,
     ) -> Result<(), ScrapeError> {
-        let ScrapeConnection { page, plain } = connection;
-        let max_page = self.config.max_page_bytes;
-        let body = match plain {
-            Some(plain) => {
-                let timeout = self.config.poll_timeout.min(self.config.http_timeout);
-                tokio::time::timeout(timeout, plain.get(page, max_page))
-                    .await
-                    .map_err(|_| ScrapeError::Timeout(timeout))??
+        let extraction = loop {
+            let fetched = self.fetch_page(connection).await;
+            let whole = connection.filter.is_whole();
+            let body = match fetched {
+                Err(ScrapeError::Status(status)) if !whole && (400..500).contains(&status) => {
+                    connection.record(Answer::Refused);
+                    continue;
+                }
+                fetched => fetched?,
+            };
+            let extraction = extract(&connection.page[body], engine, &endpoint.telemetry(), Instant::now());
+            if whole {
+                break extraction;
             }
-            None => {
-                let timeout = self.config.poll_timeout;
-                tokio::time::timeout(timeout, self.fetch(&endpoint.metrics_url, page))
-                    .await
-                    .map_err(|_| ScrapeError::Timeout(timeout))??;
-                0..page.len()
+            let answer = match (extraction.found_load_families, extraction.unwanted_samples) {
+                (false, _) => Answer::Refused,
+                (true, 0) => Answer::Filtered,
+                (true, _) => Answer::Ignored,
+            };
+            if !connection.record(answer) {
+                break extraction;
             }
         };
-        let extraction = extract(&page[body], engine, &endpoint.telemetry(), Instant::now());
         endpoint.update_telemetry(extraction.metrics);
         if let Some(notify) = &self.config.on_update {
             notify();
@@ -139,6 +186,26 @@ impl Scraper {
         match extraction.error {
             None => Ok(()),
             Some(e) => Err(e.into()),
+        }
+    }
+
+    /// Fetches the page in the form `connection` asks for; returns where it lies in its buffer.
+    async fn fetch_page(&self, connection: &mut ScrapeConnection) -> Result<Range<usize>, ScrapeError> {
+        let ScrapeConnection { page, filter, plain } = connection;
+        match plain {
+            Some(plain) => {
+                let timeout = self.config.poll_timeout.min(self.config.http_timeout);
+                tokio::time::timeout(timeout, plain.get(page, self.config.max_page_bytes))
+                    .await
+                    .map_err(|_| ScrapeError::Timeout(timeout))?
+            }
+            None => {
+                let timeout = self.config.poll_timeout;
+                tokio::time::timeout(timeout, self.fetch(filter.url(), page))
+                    .await
+                    .map_err(|_| ScrapeError::Timeout(timeout))??;
+                Ok(0..page.len())
+            }
         }
     }
 
@@ -172,7 +239,8 @@ impl Scraper {
         let period = self.config.refresh_interval.max(Duration::from_millis(1));
         let mut ticker = tokio::time::interval(period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut connection = ScrapeConnection::new(&endpoint.metrics_url);
+        let mut connection =
+            ScrapeConnection::filtered(&endpoint.metrics_url, engine.wanted_names(), self.config.name_filter);
         let mut health = ScrapeHealth::default();
         loop {
             ticker.tick().await;

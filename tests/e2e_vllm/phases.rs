@@ -47,6 +47,37 @@ pub(crate) async fn reads_the_real_metrics(fleet: &VllmFleet, client: &reqwest::
         let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
         assert_eq!(metric_sample(&fleet.epp_metrics(), "epp_endpoint_health_state", &labels), Some(1.0));
     }
+    the_page_restricted_to_epps_families(fleet, client).await;
+}
+
+/// What epp's scrape loops rely on to ask for only their families (src/telemetry/name_filter.rs): real
+/// vLLM's `/metrics/` honours `name[]` and answers with just those samples, while `/metrics` ignores it.
+async fn the_page_restricted_to_epps_families(fleet: &VllmFleet, client: &reqwest::Client) {
+    let names = epp::telemetry::EngineSet::builtin().default_engine().wanted_names().to_vec();
+    let query: Vec<String> = names.iter().map(|n| format!("name%5B%5D={}", n.replace(':', "%3A"))).collect();
+    let query = query.join("&");
+    let address = fleet.replicas[0].address();
+    let get = |path: String| {
+        let client = client.clone();
+        async move {
+            let response = client.get(path).send().await.expect("vLLM answers /metrics");
+            assert_eq!(response.status(), 200);
+            response.text().await.expect("a page")
+        }
+    };
+    let restricted = get(format!("http://{address}/metrics/?{query}")).await;
+    let whole = get(format!("http://{address}/metrics?{query}")).await;
+    let sample_names: Vec<&str> = restricted
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap_or(""))
+        .collect();
+    assert!(!sample_names.is_empty(), "an empty restricted page: {restricted:?}");
+    assert!(sample_names.iter().all(|n| names.iter().any(|w| w == n)), "only epp's families: {restricted}");
+    for family in ["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"] {
+        assert!(sample_names.contains(&family), "{family} in {restricted}");
+    }
+    assert!(whole.contains("vllm:prompt_tokens_total") && whole.len() > 10 * restricted.len());
 }
 
 /// Six long requests straight to replica 0 (`--max-num-seqs 4`: four run, two wait): epp reads them from

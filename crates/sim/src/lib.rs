@@ -13,6 +13,7 @@ mod histograms;
 mod kv;
 mod kv_events;
 mod model_tokens;
+mod name_filter;
 mod openai;
 mod pd;
 mod profile;

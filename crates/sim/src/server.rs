@@ -328,7 +328,12 @@ async fn handle(State(state): State<Arc<ServerState>>, request: Request) -> Resp
     let path = parts.uri.path().to_string();
     let mut response = match (&parts.method, path.as_str()) {
         (&Method::GET, "/health") => respond(StatusCode::OK, "text/plain", ""),
-        (&Method::GET, "/metrics") => metrics(&state).await,
+        // vLLM's two routes: `/metrics` ignores a query, `/metrics/` honours `name[]` (super::name_filter).
+        (&Method::GET, "/metrics") => metrics(&state, &[]).await,
+        (&Method::GET, "/metrics/") => {
+            let names = parts.uri.query().map(super::name_filter::requested_names).unwrap_or_default();
+            metrics(&state, &names).await
+        }
         (&Method::GET, "/v1/models") => models(&state),
         (&Method::POST, "/v1/completions" | "/v1/chat/completions") => {
             match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
@@ -361,7 +366,8 @@ async fn handle(State(state): State<Arc<ServerState>>, request: Request) -> Resp
     response
 }
 
-async fn metrics(state: &ServerState) -> Response {
+/// The page, or only the samples `names` lists when it lists any.
+async fn metrics(state: &ServerState, names: &[String]) -> Response {
     match state.options.faults.metrics_mode {
         MetricsMode::Ok => {}
         MetricsMode::Hang => std::future::pending::<()>().await,
@@ -391,6 +397,9 @@ async fn metrics(state: &ServerState) -> Response {
             now: unix_now(),
         },
     );
+    if !names.is_empty() {
+        page = super::name_filter::restrict(&page, names);
+    }
     respond(StatusCode::OK, PROMETHEUS_TEXT, page)
 }
 

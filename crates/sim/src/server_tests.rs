@@ -114,6 +114,25 @@ async fn completions_report_usage_and_prefix_cache_hits() {
 }
 
 #[tokio::test]
+async fn the_page_restricted_by_name_as_vllm_serves_it() {
+    let addr = start(options()).await;
+    let query = "name%5B%5D=vllm%3Anum_requests_waiting&name%5B%5D=vllm%3Akv_cache_usage_perc";
+    let (status, restricted) = get(addr, &format!("/metrics/?{query}")).await;
+    assert_eq!(status, 200);
+    let samples: Vec<&str> = restricted.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(samples.len(), 2, "{restricted}");
+    assert!(
+        samples[0].starts_with("vllm:num_requests_waiting{")
+            || samples[1].starts_with("vllm:num_requests_waiting{")
+    );
+    // `/metrics` is the instrumentator's handler in vLLM: it ignores the query.
+    let (_, whole) = get(addr, &format!("/metrics?{query}")).await;
+    let (_, plain) = get(addr, "/metrics/").await;
+    assert!(whole.len() > 10 * restricted.len());
+    assert!(whole.contains("vllm:prefix_cache_hits_total") && plain.contains("vllm:prefix_cache_hits_total"));
+}
+
+#[tokio::test]
 async fn default_length_is_a_natural_stop() {
     let addr = start(options()).await;
     let body = r#"{"model":"sim-model","messages":[{"role":"user","content":"hi"}]}"#;

@@ -15,9 +15,21 @@ fn metrics_data_source_parameters() {
     let c = load_ok(&format!(
         "{HEADER}plugins:\n{Q}- type: metrics-data-source\n  parameters: {{scheme: https, path: stats, insecureSkipVerify: false}}\n"
     ));
-    let want =
-        DataSourceConfig { scheme: MetricsScheme::Https, path: "/stats".into(), insecure_skip_verify: false };
+    let want = DataSourceConfig {
+        scheme: MetricsScheme::Https,
+        path: "/stats".into(),
+        insecure_skip_verify: false,
+        name_filter: true,
+    };
     assert_eq!(c.data_source, want);
+    let c = load_ok(&format!(
+        "{HEADER}plugins:\n{Q}- type: metrics-data-source\n  parameters: {{nameFilter: false}}\n"
+    ));
+    assert!(!c.data_source.name_filter);
+    let e = load_err(&format!(
+        "{HEADER}plugins:\n- {{type: metrics-data-source, parameters: {{nameFilter: sometimes}}}}\n"
+    ));
+    assert_mentions(&e, &["metrics-data-source", "sometimes"]);
     let e = load_err(&format!(
         "{HEADER}plugins:\n- {{name: src, type: metrics-data-source, parameters: {{scheme: ftp}}}}\n"
     ));
