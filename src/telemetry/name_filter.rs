@@ -1,11 +1,12 @@
 //! Asking a model server for only the metric families epp reads.
 //!
-//! vLLM's `/metrics` page is ~48 KB (a real vLLM 0.x on CPU, one engine) of which epp reads five gauges.
+//! vLLM's `/metrics` page is ~48 KB (a real vLLM on CPU, one engine) of which epp reads five gauges.
 //! Prometheus' Python client, which vLLM and SGLang serve their pages with, restricts a page to the
 //! sample names given as `name[]` query parameters (prometheus/client_python:prometheus_client/exposition.py,
-//! `_bake_output`). Writing the whole page costs vLLM's API server process ~5.7 ms of CPU per scrape
-//! against ~0.9 ms for the five gauges (BENCHMARKS.md §10): at the default 50 ms interval, 11% of a core
-//! per epp replica, on the process that also takes every request. It also costs epp the copy and the walk.
+//! `_bake_output`). Writing the whole page costs vLLM's API server process ~4.5 ms of CPU per scrape
+//! against ~0.45 ms for the five gauges (BENCHMARKS.md §10): at the default 50 ms interval, 9% of a core
+//! per epp replica, on the asyncio loop that also takes every request. It also costs epp the copy and the
+//! walk.
 //!
 //! Servers differ in whether and where they honour it, so each endpoint's loop finds out:
 //! - vLLM serves `/metrics` from prometheus-fastapi-instrumentator's handler, which ignores the query, and
