@@ -3,7 +3,7 @@
 the counterpart of llm-d's "7.5 cores idle just scraping 100 pods", llm-d-router:docs/operations.md).
 
     scripts/idle-scrape.py [--pods 100,1000] [--interval 50ms] [--seconds 20] [--rounds 1]
-                           [--epp PATH ...] [--base-port 30000]
+                           [--epp PATH ...] [--base-port 30000] [--pin]
 
 Per pod count: one epp-sim process serving N replicas on consecutive ports (vLLM's metric families),
 epp in static mode on an endpoints file naming all of them (its default profile, plaintext), a settle of
@@ -44,14 +44,15 @@ def measure(binary, pods, args, work):
     procs = []
     try:
         sim_log = work / f"sim-{pods}.log"
-        sim = subprocess.Popen([TARGET / "epp-sim", "--port", str(args.base_port), "--replicas", str(pods)],
+        pin = (lambda cpu: ["taskset", "-c", cpu]) if args.pin else (lambda cpu: [])
+        sim = subprocess.Popen([*pin("1"), TARGET / "epp-sim", "--port", str(args.base_port), "--replicas", str(pods)],
                                stdout=open(sim_log, "w"), stderr=subprocess.STDOUT)
         procs.append(sim)
         wait_port(args.base_port + pods - 1, sim, sim_log, timeout_s=120)
         endpoints = write_endpoints(work / f"endpoints-{pods}.yaml", range(args.base_port, args.base_port + pods), "sim")
         epp_port = args.base_port - 10
         epp_log = work / f"epp-{pods}.log"
-        epp = subprocess.Popen([binary, "--grpc-port", str(epp_port), "--grpc-health-port", str(epp_port + 1),
+        epp = subprocess.Popen([*pin("0"), binary, "--grpc-port", str(epp_port), "--grpc-health-port", str(epp_port + 1),
                                 "--metrics-port", str(epp_port + 2), "--endpoints-file", endpoints,
                                 "--secure-serving=false", "--refresh-metrics-interval", args.interval,
                                 "--log-level", "warn"], stdout=open(epp_log, "w"), stderr=subprocess.STDOUT)
@@ -80,6 +81,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--epp", action="append", help="epp binary (repeatable; default target/release/epp)")
     parser.add_argument("--base-port", type=int, default=30000)
+    parser.add_argument("--pin", action="store_true",
+                        help="epp on CPU 0 and epp-sim on CPU 1 (taskset), so the simulator's work does not "
+                             "share epp's core")
     args = parser.parse_args()
     binaries = args.epp or [str(TARGET / "epp")]
     for binary in ("epp", "epp-sim"):

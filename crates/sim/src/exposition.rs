@@ -203,8 +203,20 @@ fn label_value(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// Renders a simulator's whole page into `out` (cleared first).
-pub(crate) fn render(out: &mut String, page: &PageInputs<'_>) {
+/// The families of the page's load gauges and info series: a page restricted to some of these needs no
+/// counters or histograms rendered.
+pub(crate) const GAUGE_FAMILIES: [&str; 6] = [
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+    "vllm:lora_requests_info",
+    "vllm:cache_config_info",
+];
+
+/// Renders a simulator's page into `out` (cleared first): the whole page, or without its counters and
+/// histograms when `history` is false.
+pub(crate) fn render(out: &mut String, page: &PageInputs<'_>, history: bool) {
     let stats = page.stats;
     let lora = page.lora.map(|max_loras| LoraInfo {
         max_loras,
@@ -225,7 +237,8 @@ pub(crate) fn render(out: &mut String, page: &PageInputs<'_>) {
             enable_prefix_caching: page.config.enable_prefix_caching,
         }),
     };
-    write_page(out, &gauges, Some(&History { stats, requests: page.requests, created: page.created }));
+    let counters = History { stats, requests: page.requests, created: page.created };
+    write_page(out, &gauges, history.then_some(&counters));
 }
 
 /// The page in vLLM's order: load gauges, then (simulator only) counters and histograms, then the

@@ -42,6 +42,7 @@ fn page(legacy_names: bool, lora: Option<usize>) -> String {
             created: 1.7559312e9,
             now: 1.7559318e9,
         },
+        true,
     );
     out
 }

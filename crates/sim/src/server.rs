@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::engine::{AcceleratorProfile, EngineConfig, EngineConfigError};
-use super::exposition::{render, PageInputs};
+use super::exposition::{render, PageInputs, GAUGE_FAMILIES};
 use super::kv_events::KvPublisher;
 use super::replica::Replica;
 
@@ -384,6 +384,9 @@ async fn metrics(state: &ServerState, names: &[String]) -> Response {
     let snapshot = state.replica.snapshot();
     let options = &state.options;
     let mut page = String::with_capacity(16 * 1024);
+    // A page restricted to the load gauges (what epp asks for) is rendered without the rest, as
+    // prometheus_client's restricted registry collects only the named families.
+    let history = names.is_empty() || names.iter().any(|n| !GAUGE_FAMILIES.contains(&n.as_str()));
     render(
         &mut page,
         &PageInputs {
@@ -396,6 +399,7 @@ async fn metrics(state: &ServerState, names: &[String]) -> Response {
             created: state.created_unix,
             now: unix_now(),
         },
+        history,
     );
     if !names.is_empty() {
         page = super::name_filter::restrict(&page, names);
