@@ -17,9 +17,10 @@
 //!
 //! So the loop asks `path?name[]=…` first, then `path/?name[]=…`, then settles on the whole page. A page
 //! that came back whole is used as it is (the next poll tries the next form); an empty page, one without
-//! the load families, or a 4xx is asked again at once in the next form. A filtered page that later
-//! stops holding the load families (the server restarted with several API servers) sends the loop back
-//! to the whole page. A transport error or a 5xx changes nothing: the poll fails as it would have.
+//! the load families, a 4xx or a redirect (not followed) is asked again at once in the next form. A
+//! filtered page that later stops holding the load families (the server restarted with several API
+//! servers) sends the loop back to the whole page. A transport error or a 5xx changes nothing: the poll
+//! fails as it would have.
 
 use std::fmt::Write as _;
 

@@ -19,6 +19,11 @@ const VLLM: u8 = 0;
 const MULTIPROCESS: u8 = 1;
 /// A server that refuses any query with 400.
 const REFUSES_QUERIES: u8 = 2;
+/// A server that redirects `/metrics/` (as Starlette does for a mount without vLLM's workaround) and
+/// ignores queries on `/metrics`.
+const REDIRECTS: u8 = 3;
+/// A server that fails with 503 whatever it is asked.
+const UNAVAILABLE: u8 = 4;
 
 #[derive(Clone)]
 struct Server {
@@ -56,6 +61,12 @@ async fn answer(State(server): State<Server>, uri: Uri) -> Response {
     let mode = server.mode.load(Ordering::SeqCst);
     if mode == REFUSES_QUERIES && uri.query().is_some() {
         return StatusCode::BAD_REQUEST.into_response();
+    }
+    if mode == REDIRECTS && uri.path() == "/metrics/" {
+        return (StatusCode::TEMPORARY_REDIRECT, [("location", "/metrics")]).into_response();
+    }
+    if mode == UNAVAILABLE {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
     if uri.path() != "/metrics/" || names.is_empty() {
         return page.into_response();
@@ -152,6 +163,30 @@ async fn a_server_that_refuses_queries_is_scraped_whole_from_the_first_poll() {
     assert_eq!(server.asked(), ["/metrics?…", "/metrics/?…", "/metrics"]);
     poll(&scraper, &endpoint, &mut connection).await;
     assert_eq!(server.asked(), ["/metrics"]);
+}
+
+#[tokio::test]
+async fn a_redirect_is_a_form_not_served_and_a_5xx_is_a_failed_poll() {
+    let (server, endpoint) = Server::start(REDIRECTS).await;
+    let scraper = Scraper::new(ScrapeConfig::default()).unwrap();
+    let mut connection = connection_for(&endpoint, true);
+    poll(&scraper, &endpoint, &mut connection).await;
+    assert_eq!(server.asked(), ["/metrics?…"]);
+    poll(&scraper, &endpoint, &mut connection).await;
+    assert_eq!(server.asked(), ["/metrics/?…", "/metrics"], "the redirect is not followed, the page is");
+
+    let (server, endpoint) = Server::start(UNAVAILABLE).await;
+    let mut connection = connection_for(&endpoint, true);
+    let engine = EngineSet::builtin().default_engine().clone();
+    for _ in 0..2 {
+        let failed = scraper.scrape_once(&endpoint, &engine, &mut connection).await;
+        assert!(failed.is_err());
+        assert_eq!(
+            server.asked(),
+            ["/metrics?…"],
+            "a 5xx says nothing about the form: asked again next poll"
+        );
+    }
 }
 
 #[tokio::test]

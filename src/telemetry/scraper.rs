@@ -160,7 +160,9 @@ impl Scraper {
             let fetched = self.fetch_page(connection).await;
             let whole = connection.filter.is_whole();
             let body = match fetched {
-                Err(ScrapeError::Status(status)) if !whole && (400..500).contains(&status) => {
+                // A 4xx, or a redirect (epp does not follow them): this form is not served here. A 5xx is
+                // the server's trouble, whatever the form.
+                Err(ScrapeError::Status(status)) if !whole && !(500..600).contains(&status) => {
                     connection.record(Answer::Refused);
                     continue;
                 }
