@@ -49,16 +49,19 @@ impl VllmFleet {
         let ports: Vec<u16> = (0..2).map(|_| free_port()).collect();
         let mut replicas: Vec<Vllm> = ports
             .iter()
-            .map(|&port| {
+            .enumerate()
+            .map(|(i, &port)| {
                 // A host in `endpoint`: vLLM connects to it; the topic names the replica's serving address.
                 let events = json!({"enable_kv_cache_events": true, "publisher": "zmq",
                     "endpoint": format!("tcp://127.0.0.1:{kv_events_port}"),
                     "topic": format!("kv@127.0.0.1:{port}@{MODEL}")});
-                Vllm::start_on(
-                    port,
-                    MODEL,
-                    &["--disable-uvicorn-access-log", "--kv-events-config", &events.to_string()],
-                )
+                let events = events.to_string();
+                let args = ["--disable-uvicorn-access-log", "--kv-events-config", &events];
+                // Replica 1 has the registry of a vLLM with several API servers: epp must read it whole.
+                match i {
+                    0 => Vllm::start_on(port, MODEL, &args),
+                    _ => Vllm::start_on_multiprocess(port, MODEL, &args),
+                }
             })
             .collect();
         let endpoints = replicas.iter().map(Vllm::address).collect::<Vec<_>>().join(",");

@@ -203,11 +203,20 @@ pub fn extract(
     if blocks_gauge.matched {
         metrics.cache_num_blocks = to_count(blocks_gauge.value) as usize;
     }
-    // A page with none of the load families (an HTML error page, a proxy's 200, garbage) says nothing
+    // A page with none of the engine's families (an HTML error page, a proxy's 200, garbage) says nothing
     // about the server: it must not refresh the telemetry's age, or the endpoint health check would take
-    // frozen values for fresh ones.
+    // frozen values for fresh ones. A page with the engine's other families but no load gauges is the
+    // engine's own: vLLM with a multiprocess registry (`--api-server-count` above 1) shows a gauge only
+    // once a process has set it, so until its first request its page holds `cache_config_info` and no
+    // load at all. That is an idle server, fresh, and a new pod in that mode must not stay stale (and so
+    // unrouted) until traffic it cannot get reaches it. The missing families are still reported.
     let found_load_families = queued.matched || running.matched || kv.matched || kv_fallback.matched;
-    if !found_load_families {
+    let engines_page = found_load_families
+        || cache_info.matched
+        || lora.matched
+        || block_gauge.matched
+        || blocks_gauge.matched;
+    if !engines_page {
         metrics.update_time = previous.update_time;
     }
     let error = (!problems.is_empty()).then_some(ExtractError { problems });

@@ -242,3 +242,23 @@ fn a_page_without_any_load_family_does_not_refresh_the_age() {
     let out = extract(b"vllm:num_requests_waiting 0\n", &engine("vllm"), &previous, later);
     assert_eq!(out.metrics.update_time, Some(later), "one load family is enough");
 }
+
+#[test]
+fn an_idle_multiprocess_vllm_page_without_load_gauges_is_fresh() {
+    // vLLM with several API servers, before its first request (seen on a real vLLM with
+    // PROMETHEUS_MULTIPROC_DIR set): its page has cache_config_info and none of the load gauges.
+    let then = Instant::now();
+    let previous = EndpointTelemetry { update_time: Some(then), ..Default::default() };
+    let later = then + std::time::Duration::from_secs(5);
+    let page = b"# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n\
+                 vllm:cache_config_info{block_size=\"128\",num_gpu_blocks=\"900\"} 1.0\n";
+    let out = extract(page, &engine("vllm"), &previous, later);
+    assert_eq!(out.metrics.update_time, Some(later));
+    assert_eq!(
+        (out.metrics.waiting_queue_size, out.metrics.running_requests, out.metrics.kv_cache_usage),
+        (0, 0, 0.0)
+    );
+    assert_eq!((out.metrics.cache_block_size, out.metrics.cache_num_blocks), (128, 900));
+    assert!(!out.found_load_families);
+    assert!(out.error.is_some(), "the missing load families are still reported");
+}

@@ -20,7 +20,8 @@ async fn wait_idle(fleet: &VllmFleet) {
     assert!(idle, "vLLM never went idle");
 }
 
-/// epp scrapes both replicas' real pages: healthy (no LoRA families, and no error for their absence),
+/// epp scrapes both replicas' real pages (replica 1's multiprocess page holds no load gauge before its
+/// first request: idle, and healthy all the same): healthy (no LoRA families, and no error for their absence),
 /// queue and running read, and the prefix producer's block size taken from `cache_config_info` (128 on
 /// CPU).
 pub(crate) async fn reads_the_real_metrics(fleet: &VllmFleet, client: &reqwest::Client) {
@@ -51,7 +52,9 @@ pub(crate) async fn reads_the_real_metrics(fleet: &VllmFleet, client: &reqwest::
 }
 
 /// What epp's scrape loops rely on to ask for only their families (src/telemetry/name_filter.rs): real
-/// vLLM's `/metrics/` honours `name[]` and answers with just those samples, while `/metrics` ignores it.
+/// vLLM's `/metrics/` honours `name[]` and answers with just those samples, while `/metrics` ignores it;
+/// with a multiprocess registry (replica 1) the restricted page is empty, and epp reads that replica's
+/// whole page (the phase above found it healthy, with its block size, before any request reached it).
 async fn the_page_restricted_to_epps_families(fleet: &VllmFleet, client: &reqwest::Client) {
     let names = epp::telemetry::EngineSet::builtin().default_engine().wanted_names().to_vec();
     let query: Vec<String> = names.iter().map(|n| format!("name%5B%5D={}", n.replace(':', "%3A"))).collect();
@@ -78,6 +81,9 @@ async fn the_page_restricted_to_epps_families(fleet: &VllmFleet, client: &reqwes
         assert!(sample_names.contains(&family), "{family} in {restricted}");
     }
     assert!(whole.contains("vllm:prompt_tokens_total") && whole.len() > 10 * restricted.len());
+    let multiprocess = fleet.replicas[1].address();
+    assert_eq!(get(format!("http://{multiprocess}/metrics/?{query}")).await, "", "a multiprocess registry");
+    assert!(get(format!("http://{multiprocess}/metrics")).await.contains("vllm:cache_config_info"));
 }
 
 /// Six long requests straight to replica 0 (`--max-num-seqs 4`: four run, two wait): epp reads them from

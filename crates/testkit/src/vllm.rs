@@ -45,10 +45,27 @@ impl Vllm {
 
     /// Starts a replica on `port` (known before it starts, e.g. for its KV-event topic).
     pub fn start_on(port: u16, name: &str, extra_args: &[&str]) -> Vllm {
+        Vllm::start_with(port, name, extra_args, false)
+    }
+
+    /// Like [`Vllm::start_on`], with the multiprocess metrics registry (`PROMETHEUS_MULTIPROC_DIR`) that
+    /// `vllm serve --api-server-count` above 1 uses: a gauge shows on its page only once a process has set
+    /// it, and its page restricted by `name[]` is empty.
+    pub fn start_on_multiprocess(port: u16, name: &str, extra_args: &[&str]) -> Vllm {
+        Vllm::start_with(port, name, extra_args, true)
+    }
+
+    fn start_with(port: u16, name: &str, extra_args: &[&str], multiprocess: bool) -> Vllm {
         let dir = super::temp_dir("epp-vllm-");
         let log_path = dir.path().join("vllm.log");
         let log = std::fs::File::create(&log_path).expect("vllm log");
-        let child = Command::new(manifest_dir().join("scripts/vllm-server.sh"))
+        let mut command = Command::new(manifest_dir().join("scripts/vllm-server.sh"));
+        if multiprocess {
+            let registry = dir.path().join("prometheus");
+            std::fs::create_dir(&registry).expect("the multiprocess registry's directory");
+            command.env("PROMETHEUS_MULTIPROC_DIR", registry);
+        }
+        let child = command
             .arg(port.to_string())
             .arg(name)
             .args(extra_args)
