@@ -5,7 +5,8 @@
 //! engine does not need; [`MetricSpec`] selects series the way the Go EPP's engine configs do;
 //! [`EngineSet`] holds the per-engine mappings (vLLM, SGLang, TensorRT-LLM, Triton) built from the
 //! `core-metrics-extractor` parameters; [`extract`] turns one page into [`EndpointTelemetry`]; and
-//! [`spawn_scrapers`] keeps one scrape loop per datastore endpoint.
+//! [`spawn_scrapers`] keeps one scrape loop per datastore endpoint, which asks its server for only the
+//! families its mapping reads where the server honours that (`name_filter`).
 //!
 //! [`EndpointTelemetry`]: crate::datastore::EndpointTelemetry
 
