@@ -3,8 +3,8 @@
 //! vLLM's `/metrics` page is ~48 KB (a real vLLM on CPU, one engine) of which epp reads five gauges.
 //! Prometheus' Python client, which vLLM and SGLang serve their pages with, restricts a page to the
 //! sample names given as `name[]` query parameters (prometheus/client_python:prometheus_client/exposition.py,
-//! `_bake_output`). Writing the whole page costs vLLM's API server process ~4.5 ms of CPU per scrape
-//! against ~0.45 ms for the five gauges (BENCHMARKS.md §10): at the default 50 ms interval, 9% of a core
+//! `_bake_output`). Writing the whole page costs vLLM's API server process ~5 ms of CPU per scrape
+//! against ~0.5 ms for the five gauges (BENCHMARKS.md §10): at the default 50 ms interval, 10% of a core
 //! per epp replica, on the asyncio loop that also takes every request. It also costs epp the copy and the
 //! walk.
 //!
