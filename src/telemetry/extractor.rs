@@ -26,8 +26,8 @@ pub struct Extraction {
     pub error: Option<ExtractError>,
     /// Lines skipped as malformed (diagnostics only).
     pub malformed_lines: usize,
-    /// Whether the page held any of the load families (queue, running batch, KV usage): a page without
-    /// them says nothing about the server.
+    /// Whether the page held any of the load families (queue, running batch, KV usage): what a page
+    /// restricted to epp's families must hold to count as served (`super::name_filter`).
     pub found_load_families: bool,
     /// Sample lines of families the engine mapping does not read: 0 when the server sent only what was
     /// asked for (`super::name_filter`).

@@ -52,7 +52,7 @@ impl Http1Scrape {
         }
         let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_string();
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        let request = request_line(path, authority.as_str());
+        let request = get_request(path, authority.as_str());
         let port = authority.port_u16().unwrap_or(80);
         Some(Self { host, port, authority: authority.to_string(), request, stream: None })
     }
@@ -61,7 +61,7 @@ impl Http1Scrape {
     /// and authority: `super::name_filter`'s forms of one URL). A URL that does not parse changes nothing.
     pub(crate) fn set_url(&mut self, url: &str) {
         if let Some(path) = url.parse::<http::Uri>().ok().as_ref().and_then(|u| u.path_and_query()) {
-            self.request = request_line(path.as_str(), &self.authority);
+            self.request = get_request(path.as_str(), &self.authority);
         }
     }
 
@@ -162,7 +162,8 @@ impl Http1Scrape {
     }
 }
 
-fn request_line(path: &str, authority: &str) -> Vec<u8> {
+/// The bytes of a GET of `path` from `authority`.
+fn get_request(path: &str, authority: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: */*\r\n\r\n").into_bytes()
 }
 
