@@ -39,11 +39,6 @@ QUERY = "&".join("name%5B%5D=" + n.replace(":", "%3A") for n in NAMES)
 FORMS = [("whole page", "/metrics"), ("restricted (epp)", "/metrics/?" + QUERY)]
 
 
-def api_server_pid(launcher):
-    """The python process serving HTTP: vllm-server.sh execs it, so it is the launcher itself."""
-    return launcher.pid
-
-
 def wait_health(port, deadline_s=300):
     end = time.time() + deadline_s
     while time.time() < end:
@@ -134,7 +129,7 @@ def main():
     try:
         wait_health(args.port)
         time.sleep(5)
-        pid = api_server_pid(launcher)
+        pid = launcher.pid  # vllm-server.sh execs the API server: the launcher is that process
         print("| form | round | bytes per page | vLLM API server CPU per scrape | per epp replica at 50 ms |")
         print("|---|---:|---:|---:|---:|")
         for round_ in range(1, args.rounds + 1):

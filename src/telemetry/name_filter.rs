@@ -78,6 +78,11 @@ impl PageFilter {
         &self.urls[self.at]
     }
 
+    /// Which form the next fetch asks for (its position in the order tried).
+    pub(crate) fn form(&self) -> usize {
+        self.at
+    }
+
     /// True once the loop asks for the whole page, for good.
     pub(crate) fn is_whole(&self) -> bool {
         self.at + 1 == self.urls.len()

@@ -85,21 +85,8 @@ async fn answer(State(server): State<Server>, uri: Uri) -> Response {
 }
 
 fn requested_names(query: &str) -> Vec<String> {
-    let decode = |text: &str| {
-        let mut out = Vec::new();
-        let bytes = text.as_bytes();
-        let mut i = 0;
-        while i < bytes.len() {
-            if bytes[i] == b'%' && i + 2 < bytes.len() {
-                out.push(u8::from_str_radix(&text[i + 1..i + 3], 16).unwrap());
-                i += 3;
-            } else {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-        String::from_utf8(out).unwrap()
-    };
+    // The only escapes epp's forms hold (`name[]=vllm:…`).
+    let decode = |text: &str| text.replace("%5B", "[").replace("%5D", "]").replace("%3A", ":");
     query
         .split('&')
         .filter_map(|pair| pair.split_once('='))

@@ -114,13 +114,17 @@ impl ScrapeConnection {
 
     /// Records what the current form of the page got; true when the caller should fetch again now.
     fn record(&mut self, answer: Answer) -> bool {
-        let was = self.filter.is_whole();
+        let form = self.filter.form();
         let again = self.filter.record(answer);
-        if let Some(plain) = &mut self.plain {
-            plain.set_url(self.filter.url());
-        }
-        if self.filter.is_whole() && !was {
-            tracing::debug!(url = %self.filter.url(), "the server does not filter its page by name: scraping it whole");
+        // Most polls keep the form (a filtering server answers Filtered every time): rebuild the request
+        // only when it changed.
+        if self.filter.form() != form {
+            if let Some(plain) = &mut self.plain {
+                plain.set_url(self.filter.url());
+            }
+            if self.filter.is_whole() {
+                tracing::debug!(url = %self.filter.url(), "the server does not filter its page by name: scraping it whole");
+            }
         }
         again
     }
