@@ -4,7 +4,7 @@ cores per request/s, peak memory, idle scrape cost at 100 simulated pods), with 
 
     scripts/sizing.py [--pods 100,1000] [--prompts 1000,8000,32000,100000] [--answers 100,1000,5000]
                       [--rate 10] [--sweep 100000x1000:5,10,20,40] [--seconds 8] [--grid-pods 100]
-                      [--markdown FILE] [--base-port 20000]
+                      [--response-body FULL_DUPLEX_STREAMED|NONE] [--markdown FILE] [--base-port 20000]
     scripts/sizing.py --transport [--connections 10,32] [--rounds 3] [--seconds 8] [--transport-pods 4]
     scripts/sizing.py --streams 1000,5000 [--stream-tokens 100] [--stream-prompt 1000]
 
@@ -12,7 +12,8 @@ Per pod count: one `epp-bench backend` process serving N OpenAI backends on cons
 families; each answer streams the request's max_tokens chunks, 1 ms apart), epp in static mode on all of
 them (default profile, plaintext, scraping every 50 ms), `epp-noop-extproc` (routes round robin, echoes
 nothing, parses nothing: what any ext_proc server pays for the protocol), and one Envoy in front of each
-(deploy/envoy/envoy-full-duplex.yaml: request and response bodies streamed through the ext_proc server).
+(deploy/envoy/envoy-full-duplex.yaml: request and response bodies streamed through the ext_proc server;
+--response-body NONE keeps the answers out of it, as a gateway that needs no usage or TTFT from epp can).
 
 First the idle cost (no traffic, scraping only). Then every cell — prompt tokens × answer tokens at
 --rate on --grid-pods, and the --sweep cell at each of its rates on every pod count — runs twice,
@@ -103,6 +104,7 @@ class Fleet:
 
     def __init__(self, pods, args, work):
         self.procs, self.work, self.pods, self.epp_binary = [], work, pods, args.epp
+        self.response_body = args.response_body
         try:
             self.launch(args.base_port)
         except BaseException:
@@ -125,7 +127,8 @@ class Fleet:
         for name, extproc, listen in (("epp", base, base + 20), ("noop", base + 10, base + 21)):
             config = self.work / f"envoy-{name}.yaml"
             env = dict(os.environ, LISTEN_PORT=str(listen), ADMIN_PORT=str(listen + 10),
-                       EXTPROC_PORT=str(extproc), EXTPROC_TRANSPORT="raw_buffer.v3.RawBuffer")
+                       EXTPROC_PORT=str(extproc), EXTPROC_TRANSPORT="raw_buffer.v3.RawBuffer",
+                       RESPONSE_BODY_MODE=self.response_body)
             config.write_text(subprocess.run([ROOT / "scripts/render-envoy-config.sh",
                                               "deploy/envoy/envoy-full-duplex.yaml"], cwd=ROOT, env=env,
                                              check=True, capture_output=True, text=True).stdout)
@@ -301,6 +304,8 @@ def main():
     parser.add_argument("--stream-tokens", type=int, default=100)
     parser.add_argument("--stream-prompt", type=int, default=1000)
     parser.add_argument("--base-port", type=int, default=20000)
+    parser.add_argument("--response-body", choices=["FULL_DUPLEX_STREAMED", "NONE"], default="FULL_DUPLEX_STREAMED",
+                        help="the Envoys' response_body_mode: NONE keeps the answers out of the ext_proc server")
     args = parser.parse_args()
     for binary in ("epp", "epp-bench", "epp-noop-extproc"):
         if not (TARGET / binary).exists():

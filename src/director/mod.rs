@@ -137,6 +137,8 @@ pub struct Director {
     health: Option<Arc<HealthMonitor>>,
     /// Starts each stream's trace (off unless `--tracing`).
     tracing: Tracing,
+    /// Said once: the gateway sends no response bodies and a plugin needs them.
+    answers_unseen: std::sync::Once,
 }
 
 impl std::fmt::Debug for Director {
@@ -165,7 +167,24 @@ impl Director {
             options,
             health: None,
             tracing: Tracing::disabled(),
+            answers_unseen: std::sync::Once::new(),
         }
+    }
+
+    /// The gateway sends epp no response bodies (`response_body_mode: NONE`, so that answers cost epp
+    /// nothing): requests still complete at the stream's end, but plugins that learn from the answer's
+    /// chunks learn nothing. Warns once per process, naming them, if there are any.
+    pub fn answers_unseen(&self) {
+        self.answers_unseen.call_once(|| {
+            let readers: Vec<&str> = self.pipeline.answer_chunk_readers().collect();
+            if !readers.is_empty() {
+                tracing::warn!(
+                    plugins = ?readers,
+                    "the gateway sends no response bodies (response_body_mode NONE): these plugins learn \
+                     nothing from answers (set the gateway's response_body_mode to FULL_DUPLEX_STREAMED)"
+                );
+            }
+        });
     }
 
     /// Traces each request through `tracing`.

@@ -192,6 +192,9 @@ impl StreamHandler {
                     request: body_mode(pc.request_body_mode),
                     response: body_mode(pc.response_body_mode),
                 };
+                if self.modes.response == BodySendMode::None {
+                    self.director.answers_unseen();
+                }
             }
             self.modes_known = true;
         }

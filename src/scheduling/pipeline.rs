@@ -248,6 +248,11 @@ impl Pipeline {
         }
     }
 
+    /// The plugins that learn from the answer's chunks (`ResponseHook::reads_answer_chunks`).
+    pub fn answer_chunk_readers(&self) -> impl Iterator<Item = &str> {
+        self.response_hooks.iter().filter(|(_, h)| h.reads_answer_chunks()).map(|(id, _)| id.name.as_str())
+    }
+
     pub fn on_complete(&self, info: &DispatchInfo, completion: &Completion) {
         for (_, h) in &self.response_hooks {
             h.on_complete(info, completion);

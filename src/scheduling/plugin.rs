@@ -207,6 +207,11 @@ pub trait ResponseHook: Send + Sync {
     /// A response body chunk passed through (`first` for the first one).
     fn on_response_chunk(&self, _info: &DispatchInfo, _chunk: &[u8], _first: bool, _now: Instant) {}
     fn on_complete(&self, _info: &DispatchInfo, _completion: &Completion) {}
+    /// True when the hook learns from the answer's chunks (a streamed TTFT or TPOT). Behind a gateway that
+    /// sends epp no response body it learns nothing, and epp says so once.
+    fn reads_answer_chunks(&self) -> bool {
+        false
+    }
 }
 
 /// Fetches a request's token ids before its scheduling cycle: the one asynchronous step a plugin may take

@@ -88,3 +88,42 @@ async fn unreachable_backend_yields_503_from_envoy_and_releases_the_request() {
         .await;
     }
 }
+
+/// A gateway that keeps the answers out of epp (`response_body_mode: NONE`, the cheap setup in
+/// docs/operations.md): the answer reaches the client whole, and epp, which never sees its chunks, counts
+/// the request as running until Envoy ends the ext_proc stream with the answer, then releases it.
+#[tokio::test]
+async fn with_the_answers_kept_out_of_epp_a_request_runs_until_its_answer_ends() {
+    let test_name = "with_the_answers_kept_out_of_epp_a_request_runs_until_its_answer_ends";
+    let backend_args = ["--chunks", "10", "--chunk-delay-ms", "200"];
+    let envoy_vars = [("RESPONSE_BODY_MODE", "NONE")];
+    let Some(stack) = start_stack_with_envoy_vars(
+        test_name,
+        FULL_DUPLEX,
+        1,
+        &backend_args,
+        &[FAST_POOL_GAUGES],
+        &envoy_vars,
+    ) else {
+        return;
+    };
+    let client = http_client();
+    let chat = json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": true});
+
+    let mut response = post_json(&client, &stack.url("/v1/chat/completions"), &chat).await;
+    assert_eq!(response.status(), 200);
+    let first = response.chunk().await.expect("first SSE chunk");
+    assert!(first.is_some_and(|bytes| bytes.starts_with(b"data:")));
+    wait_for_model_metrics(&stack, "mid-answer", |text| running_requests(text) == Some(1.0)).await;
+    let mut rest = Vec::new();
+    while let Some(bytes) = response.chunk().await.expect("the rest of the answer") {
+        rest.extend_from_slice(&bytes);
+    }
+
+    assert!(String::from_utf8_lossy(&rest).trim_end().ends_with("data: [DONE]"), "the answer arrives whole");
+    wait_for_model_metrics(&stack, "after the answer", |text| {
+        metric_sample(text, "inference_objective_request_total", &MODEL_LABEL) == Some(1.0)
+            && running_requests(text) == Some(0.0)
+    })
+    .await;
+}

@@ -106,7 +106,6 @@ mod builtins {
     use super::*;
 
     #[test]
-
     fn examples_load_with_builtin_plugins() {
         let registry = Registry::with_builtins();
         for name in MUST_LOAD {
@@ -126,5 +125,21 @@ mod builtins {
         }
         let c = crate::config::load_default(&registry, &ctx()).unwrap();
         assert_eq!(producer_names(&c), ["approx-prefix-cache-producer"]);
+    }
+
+    /// What epp names when the gateway keeps answers from it (`response_body_mode: NONE`): the
+    /// predicted-latency producer in streaming mode reads TTFT and TPOT from the answer's chunks; with
+    /// streaming off it learns from the request's end, which epp sees without the body.
+    #[test]
+    fn the_plugins_that_read_answer_chunks_are_named() {
+        let registry = Registry::with_builtins();
+        let readers = |name: &str| -> Vec<String> {
+            let c = load_example(name, &registry).unwrap();
+            c.pipeline.answer_chunk_readers().map(str::to_owned).collect()
+        };
+        assert_eq!(readers("predicted-latency-epp.yaml").len(), 1);
+        assert!(readers("predicted-latency.yaml").is_empty());
+        assert!(readers("default.yaml").is_empty());
+        assert!(readers("precise-prefix.yaml").is_empty());
     }
 }

@@ -98,6 +98,12 @@ impl ResponseHook for PredictedLatencyProducer {
         }
     }
 
+    /// In streaming mode TTFT is the first chunk and TPOT the chunks after it; without streaming mode the
+    /// end of the request is the label, which epp sees without the body.
+    fn reads_answer_chunks(&self) -> bool {
+        self.settings.streaming
+    }
+
     fn on_complete(&self, info: &DispatchInfo, completion: &Completion) {
         let Some(record) = self.tracker.remove(info.dispatch_id) else { return };
         let succeeded = completion.kind == CompletionKind::Finished
