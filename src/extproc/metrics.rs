@@ -1,6 +1,7 @@
 //! epp's own overhead, as the wire layer sees it: time spent on the request path (headers received →
-//! routing answer sent, excluding flow-control queueing) and per response message
-//! (`llm_d_epp_{request,response}_processing_duration_seconds`).
+//! routing answer sent, excluding flow-control queueing) and on the response's messages, summed per
+//! request (`llm_d_epp_{request,response}_processing_duration_seconds`; one observation per request each,
+//! as llm-d-router records them).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +45,8 @@ impl OverheadMetrics {
         self.request_processing.observe(duration.as_secs_f64());
     }
 
-    /// Time epp spent handling one response message.
+    /// Time epp spent handling one request's response messages, summed (the gaps between chunks are the
+    /// model server's).
     pub fn observe_response_processing(&self, duration: Duration) {
         self.response_processing.observe(duration.as_secs_f64());
     }

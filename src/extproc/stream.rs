@@ -68,6 +68,8 @@ pub struct StreamHandler {
     state: Option<RoutedState>,
     /// Time spent inside epp on the request path (excludes waiting for Envoy's next chunk).
     request_work: Duration,
+    /// Time spent inside epp on the response's messages, recorded once when the stream ends.
+    response_work: Duration,
     /// How the request ended, for its trace: the status epp answered or the upstream sent, and why epp
     /// refused it.
     outcome: (Option<u16>, Option<String>),
@@ -98,6 +100,7 @@ impl StreamHandler {
             req: IncomingRequest::default(),
             state: None,
             request_work: Duration::ZERO,
+            response_work: Duration::ZERO,
             outcome: (None, None),
             log_span: tracing::Span::none(),
         }
@@ -147,6 +150,12 @@ impl StreamHandler {
             }
         }
         self.finish();
+        // Once per request that reached its response, summed over its messages, whether the stream ended
+        // normally or not: llm-d-router's definition (llm-d/llm-d-router:pkg/epp/handlers/server.go,
+        // `responseProcessingDuration`), and one observation instead of one per streamed chunk.
+        if !self.response_work.is_zero() {
+            self.overhead.observe_response_processing(self.response_work);
+        }
         if let Some(trace) = self.req.trace.take() {
             let (status, error) = &self.outcome;
             trace.end(*status, error.as_deref());
@@ -221,12 +230,12 @@ impl StreamHandler {
             Msg::ResponseHeaders(h) => {
                 let served = served_endpoint(md);
                 let r = self.on_response_headers(h, served).await;
-                self.overhead.observe_response_processing(started.elapsed());
+                self.response_work += started.elapsed();
                 return r;
             }
             Msg::ResponseBody(b) => {
                 let r = self.on_response_body(b).await;
-                self.overhead.observe_response_processing(started.elapsed());
+                self.response_work += started.elapsed();
                 return r;
             }
             Msg::ResponseTrailers(_) => {

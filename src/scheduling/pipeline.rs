@@ -241,11 +241,16 @@ impl Pipeline {
         now: Instant,
         obs: &dyn Observer,
     ) {
-        for (id, h) in &self.response_hooks {
+        for (id, h) in self.response_chunk_hooks() {
             obs.time(ExtensionPoint::ResponseStreaming, id, &mut || {
                 h.on_response_chunk(info, chunk, first, now);
             });
         }
+    }
+
+    /// The response hooks called for each chunk of an answer (`ResponseHook::handles_response_chunks`).
+    pub fn response_chunk_hooks(&self) -> impl Iterator<Item = &(PluginId, Arc<dyn ResponseHook>)> {
+        self.response_hooks.iter().filter(|(_, h)| h.handles_response_chunks())
     }
 
     /// The plugins that learn from the answer's chunks (`ResponseHook::reads_answer_chunks`).

@@ -204,8 +204,16 @@ pub trait ResponseHook: Send + Sync {
         _set_headers: &mut Vec<(String, String)>,
     ) {
     }
-    /// A response body chunk passed through (`first` for the first one).
+    /// A response body chunk passed through (`first` for the first one). Called only on hooks whose
+    /// [`handles_response_chunks`](Self::handles_response_chunks) is true.
     fn on_response_chunk(&self, _info: &DispatchInfo, _chunk: &[u8], _first: bool, _now: Instant) {}
+    /// True when [`on_response_chunk`](Self::on_response_chunk) does anything. Only such hooks are called,
+    /// and timed under `ResponseStreaming`, for each chunk of an answer (llm-d-router times only its
+    /// ResponseStreaming plugins there): a hook that needs only the headers or the end costs nothing per
+    /// chunk.
+    fn handles_response_chunks(&self) -> bool {
+        false
+    }
     fn on_complete(&self, _info: &DispatchInfo, _completion: &Completion) {}
     /// True when the hook learns from the answer's chunks (a streamed TTFT or TPOT). Behind a gateway that
     /// sends epp no response body it learns nothing, and epp says so once.

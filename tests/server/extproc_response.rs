@@ -47,8 +47,14 @@ async fn sse_chunks_pass_through_one_by_one() {
     }
     wait_until(|| metric_value(&epp.metrics.encode(), "inference_objective_running_requests{") == Some(0.0))
         .await;
+    // epp's time on the response is one observation for the request, summed over its four messages (as
+    // llm-d-router records it), made when the stream ends.
+    drop(s);
+    wait_until(|| metric_value(&epp.metrics.encode(), RESPONSE_PROCESSING_COUNT) == Some(1.0)).await;
     epp.shutdown().await;
 }
+
+const RESPONSE_PROCESSING_COUNT: &str = "llm_d_epp_response_processing_duration_seconds_count";
 
 #[tokio::test]
 async fn response_model_name_is_rewritten_back() {
@@ -75,11 +81,14 @@ async fn a_cancelled_stream_releases_what_it_held() {
     let running = || metric_value(&epp.metrics.encode(), "inference_objective_running_requests{");
     wait_until(|| running() == Some(5.0)).await;
     // Envoy resets the streams mid-response.
-    for s in &streams {
+    for s in &mut streams {
         s.send(response_headers(&[(":status", "200")], false)).await;
+        assert!(matches!(s.recv().await, Resp::ResponseHeaders(_)));
     }
     drop(streams);
     wait_until(|| running() == Some(0.0)).await;
+    // An aborted response still records what epp spent on its headers, once per request.
+    wait_until(|| metric_value(&epp.metrics.encode(), RESPONSE_PROCESSING_COUNT) == Some(5.0)).await;
     epp.shutdown().await;
 }
 

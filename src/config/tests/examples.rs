@@ -142,4 +142,23 @@ mod builtins {
         assert!(readers("default.yaml").is_empty());
         assert!(readers("precise-prefix.yaml").is_empty());
     }
+
+    /// Only hooks that do something with a chunk are called (and timed) for each one: llm-d-router's
+    /// ResponseStreaming plugins are its predicted-latency producer (and a request-attribute reporter).
+    #[test]
+    fn only_hooks_that_handle_chunks_are_called_per_chunk() {
+        let registry = Registry::with_builtins();
+        let chunk_hooks = |name: &str| -> Vec<String> {
+            let c = load_example(name, &registry).unwrap();
+            c.pipeline.response_chunk_hooks().map(|(id, _)| id.name.clone()).collect()
+        };
+        assert!(chunk_hooks("optimized-baseline.yaml").is_empty(), "the in-flight load needs no chunk");
+        assert!(chunk_hooks("default.yaml").is_empty());
+        assert_eq!(chunk_hooks("predicted-latency-epp.yaml").len(), 1);
+        assert_eq!(
+            chunk_hooks("precise-prefix.yaml").len(),
+            1,
+            "speculation's TTL starts at the first token"
+        );
+    }
 }

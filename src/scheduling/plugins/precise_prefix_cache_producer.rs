@@ -158,6 +158,10 @@ impl ResponseHook for PrecisePrefixCacheProducer {
         }
     }
 
+    fn handles_response_chunks(&self) -> bool {
+        true
+    }
+
     /// An end without a first token (an error, a cancel) starts the TTL too.
     fn on_complete(&self, info: &DispatchInfo, completion: &Completion) {
         self.start_ttl(info.dispatch_id, completion.now);

@@ -98,6 +98,10 @@ impl ResponseHook for PredictedLatencyProducer {
         }
     }
 
+    fn handles_response_chunks(&self) -> bool {
+        true
+    }
+
     /// In streaming mode TTFT is the first chunk and TPOT the chunks after it; without streaming mode the
     /// end of the request is the label, which epp sees without the body.
     fn reads_answer_chunks(&self) -> bool {
