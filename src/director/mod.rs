@@ -138,7 +138,7 @@ pub struct Director {
     /// Starts each stream's trace (off unless `--tracing`).
     tracing: Tracing,
     /// Said once: the gateway sends no response bodies and a plugin needs them.
-    answers_unseen: std::sync::Once,
+    answers_kept_out_warning: std::sync::Once,
 }
 
 impl std::fmt::Debug for Director {
@@ -167,15 +167,15 @@ impl Director {
             options,
             health: None,
             tracing: Tracing::disabled(),
-            answers_unseen: std::sync::Once::new(),
+            answers_kept_out_warning: std::sync::Once::new(),
         }
     }
 
     /// The gateway sends epp no response bodies (`response_body_mode: NONE`, so that answers cost epp
     /// nothing): requests still complete at the stream's end, but plugins that learn from the answer's
     /// chunks learn nothing. Warns once per process, naming them, if there are any.
-    pub fn answers_unseen(&self) {
-        self.answers_unseen.call_once(|| {
+    pub fn warn_once_if_answers_matter(&self) {
+        self.answers_kept_out_warning.call_once(|| {
             let readers: Vec<&str> = self.pipeline.answer_chunk_readers().collect();
             if !readers.is_empty() {
                 tracing::warn!(

@@ -163,7 +163,7 @@ impl RouteProbe {
             health: director.health.clone(),
             // A probe is not a request: it starts no trace.
             tracing: Tracing::disabled(),
-            answers_unseen: std::sync::Once::new(),
+            answers_kept_out_warning: std::sync::Once::new(),
         };
         Self { shadow }
     }

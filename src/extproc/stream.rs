@@ -202,7 +202,7 @@ impl StreamHandler {
                     response: body_mode(pc.response_body_mode),
                 };
                 if self.modes.response == BodySendMode::None {
-                    self.director.answers_unseen();
+                    self.director.warn_once_if_answers_matter();
                 }
             }
             self.modes_known = true;

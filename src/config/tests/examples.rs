@@ -127,15 +127,17 @@ mod builtins {
         assert_eq!(producer_names(&c), ["approx-prefix-cache-producer"]);
     }
 
+    fn builtin_example(name: &str) -> LoadedConfig {
+        load_example(name, &Registry::with_builtins()).unwrap()
+    }
+
     /// What epp names when the gateway keeps answers from it (`response_body_mode: NONE`): the
     /// predicted-latency producer in streaming mode reads TTFT and TPOT from the answer's chunks; with
     /// streaming off it learns from the request's end, which epp sees without the body.
     #[test]
     fn the_plugins_that_read_answer_chunks_are_named() {
-        let registry = Registry::with_builtins();
         let readers = |name: &str| -> Vec<String> {
-            let c = load_example(name, &registry).unwrap();
-            c.pipeline.answer_chunk_readers().map(str::to_owned).collect()
+            builtin_example(name).pipeline.answer_chunk_readers().map(str::to_owned).collect()
         };
         assert_eq!(readers("predicted-latency-epp.yaml").len(), 1);
         assert!(readers("predicted-latency.yaml").is_empty());
@@ -147,10 +149,8 @@ mod builtins {
     /// ResponseStreaming plugins are its predicted-latency producer (and a request-attribute reporter).
     #[test]
     fn only_hooks_that_handle_chunks_are_called_per_chunk() {
-        let registry = Registry::with_builtins();
         let chunk_hooks = |name: &str| -> Vec<String> {
-            let c = load_example(name, &registry).unwrap();
-            c.pipeline.response_chunk_hooks().map(|(id, _)| id.name.clone()).collect()
+            builtin_example(name).pipeline.response_chunk_hooks().map(|(id, _)| id.name.clone()).collect()
         };
         assert!(chunk_hooks("optimized-baseline.yaml").is_empty(), "the in-flight load needs no chunk");
         assert!(chunk_hooks("default.yaml").is_empty());
