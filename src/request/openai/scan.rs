@@ -254,11 +254,12 @@ pub(super) fn skip_string(body: &[u8], start: usize) -> Option<usize> {
         if masks.control & inside != 0 {
             return None;
         }
-        let mut to_check = escaped & !masks.backslash & inside;
+        // An escaped quote or backslash is valid as it is; the rest are looked at one by one.
+        let mut to_check = escaped & !(masks.backslash | masks.quote) & inside;
         while to_check != 0 {
             let i = to_check.trailing_zeros() as usize;
             match block[i] {
-                b'"' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
                 b'u' => four_hex_digits(body, pos + i + 1)?,
                 _ => return None,
             }
