@@ -104,6 +104,7 @@ class Fleet:
 
     def __init__(self, pods, args, work):
         self.procs, self.work, self.pods, self.epp_binary = [], work, pods, args.epp
+        self.noop_binary = args.noop
         self.response_body = args.response_body
         try:
             self.launch(args.base_port)
@@ -121,7 +122,7 @@ class Fleet:
                                       str(base + 1), "--metrics-port", str(base + 2), "--endpoints-file",
                                       endpoints, "--secure-serving=false", "--log-level", "warn"], base)
         self.metrics_url = f"http://127.0.0.1:{base + 2}/metrics"
-        self.noop = self.start("noop", [TARGET / "epp-noop-extproc", "--port", str(base + 10), "--endpoints",
+        self.noop = self.start("noop", [self.noop_binary, "--port", str(base + 10), "--endpoints",
                                         ",".join(f"127.0.0.1:{p}" for p in ports)], base + 10)
         envoy = envoy_binary(ROOT)
         for name, extproc, listen in (("epp", base, base + 20), ("noop", base + 10, base + 21)):
@@ -295,6 +296,8 @@ def main():
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--epp", default=str(TARGET / "epp"), help="the epp binary (default: the release build)")
+    parser.add_argument("--noop", default=str(TARGET / "epp-noop-extproc"),
+                        help="the no-op ext_proc binary (default: the release build)")
     parser.add_argument("--transport", action="store_true",
                         help="instead: the transport criterion, closed loop, epp vs the no-op (--rounds, --connections)")
     parser.add_argument("--transport-pods", type=int, default=4)
