@@ -207,7 +207,7 @@ fn bench_new_prompt(c: &mut Criterion) {
 /// into series that already exist.
 fn bench_recording(c: &mut Criterion) {
     let registry = MetricsRegistry::new("bench");
-    let metrics = DirectorMetrics::register(&registry).requests;
+    let DirectorMetrics { requests: metrics, scheduler } = DirectorMetrics::register(&registry);
     let labels = RequestLabels {
         model_name: "llama",
         target_model_name: "llama-lora",
@@ -226,6 +226,12 @@ fn bench_recording(c: &mut Criterion) {
             metrics.record_response(&series, latency, 2048, usage);
             metrics.running_dec(&series);
         });
+    });
+    // The scheduler's recording of one decision: its duration and the attempt counters of the picked
+    // endpoint and target model, whose series exist.
+    let endpoint = Endpoint::new("ep-0", "10.0.0.1:8000".parse().expect("address"));
+    c.bench_function("request_metrics/scheduling_attempt_existing_series", |b| {
+        b.iter(|| scheduler.record_scheduling(latency, "llama-lora", Some(&endpoint)));
     });
 }
 

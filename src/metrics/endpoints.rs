@@ -7,13 +7,16 @@
 //! so each endpoint remembers the values its series were recorded with (notes), and each component that
 //! records per-endpoint series adds a [`Pruner`] that removes its own series of a departing endpoint.
 //!
-//! Lock order: the endpoint map, then the pruner list, then an endpoint's notes, then a family (pruners
+//! Lock order: the endpoint map, then the pruner list, then an endpoint's notes or its kept counters (never
+//! both at once), then a family (pruners
 //! must not call back into the index or the registry). Series are recorded while the
 //! map's read lock is held and removed under its write lock, so a record racing a removal either lands
 //! before it (and is removed) or re-registers the endpoint (and is removed by the next `retain`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
+
+use prometheus_client::metrics::counter::Counter;
 
 use crate::datastore::{Endpoint, EndpointTelemetry};
 
@@ -31,7 +34,23 @@ pub struct TrackedEndpoint {
     /// `(kind, value)` label values its series were recorded with (e.g. the producers that published
     /// in-flight load for it, the target models it was picked for).
     notes: RwLock<HashSet<(&'static str, LabelValue)>>,
+    /// Counters a recorder found once and keeps here by `(kind, raw value)` (the scheduler's attempt
+    /// counters by target model): they go with the endpoint's series, so a kept one is never a series
+    /// that was removed.
+    kept_counters: RwLock<Vec<KeptCounters>>,
 }
+
+/// Counters kept for an endpoint under a kind and a raw value.
+#[derive(Debug)]
+struct KeptCounters {
+    kind: &'static str,
+    value: Box<str>,
+    counters: [Counter; 2],
+}
+
+/// How many counter pairs one endpoint keeps: an endpoint serves a handful of models; past this, counters
+/// are found through their families each time.
+const MAX_KEPT_COUNTERS: usize = 16;
 
 impl TrackedEndpoint {
     fn new(endpoint: &Endpoint) -> Self {
@@ -40,6 +59,7 @@ impl TrackedEndpoint {
             namespace: LabelValue::new(&endpoint.namespace),
             port: endpoint.addr.port(),
             notes: RwLock::default(),
+            kept_counters: RwLock::default(),
         }
     }
 
@@ -55,6 +75,27 @@ impl TrackedEndpoint {
             return;
         }
         self.notes.write().unwrap_or_else(PoisonError::into_inner).insert(key);
+    }
+
+    /// Runs `f` on the counters kept under `(kind, value)`; false when none are.
+    pub fn with_kept_counters(&self, kind: &'static str, value: &str, f: impl FnOnce(&[Counter; 2])) -> bool {
+        let kept = self.kept_counters.read().unwrap_or_else(PoisonError::into_inner);
+        match kept.iter().find(|k| k.kind == kind && &*k.value == value) {
+            Some(k) => {
+                f(&k.counters);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Keeps `counters` under `(kind, value)`, unless some already are or this endpoint keeps its most.
+    /// The caller keeps only handles on series of their own (never an overflow series).
+    pub fn keep_counters(&self, kind: &'static str, value: &str, counters: [Counter; 2]) {
+        let mut kept = self.kept_counters.write().unwrap_or_else(PoisonError::into_inner);
+        if kept.len() < MAX_KEPT_COUNTERS && !kept.iter().any(|k| k.kind == kind && &*k.value == value) {
+            kept.push(KeptCounters { kind, value: value.into(), counters });
+        }
     }
 
     /// The values noted under `kind`.

@@ -111,15 +111,19 @@ impl SchedulerMetrics {
     pub fn record_scheduling(&self, duration: Duration, target_model: &str, endpoint: Option<&Endpoint>) {
         let secs = duration.as_secs_f64();
         self.e2e.observe(secs);
-        let target = self.labels.models.get(target_model);
         match endpoint {
             Some(endpoint) => self.endpoints.with(endpoint, |tracked| {
-                tracked.note(TARGET, &target);
-                let labels = attempt_labels(tracked, &target);
-                self.llmd_attempts.get_or_create(&LlmdAttemptLabels::from(&labels)).inc();
-                self.gie_attempts.get_or_create(&labels).inc();
+                // Kept by the raw model name: no interning and no family lookups on the common path.
+                let kept = tracked.with_kept_counters(TARGET, target_model, |[llmd, gie]| {
+                    llmd.inc();
+                    gie.inc();
+                });
+                if !kept {
+                    self.record_attempt_uncached(tracked, target_model);
+                }
             }),
             None => {
+                let target = self.labels.models.get(target_model);
                 let empty = self.labels.models.get("");
                 let labels = GieAttemptLabels {
                     status: "failure",
@@ -131,6 +135,23 @@ impl SchedulerMetrics {
                 self.llmd_attempts.get_or_create(&LlmdAttemptLabels::from(&labels)).inc();
                 self.gie_attempts.get_or_create(&labels).inc();
             }
+        }
+    }
+
+    /// A successful attempt found through the families, its counters kept on the endpoint when both are
+    /// the label set's own series (an overflow series or a model folded into `other` is resolved anew
+    /// each time, so each such recording still counts as dropped).
+    #[cold]
+    fn record_attempt_uncached(&self, tracked: &TrackedEndpoint, target_model: &str) {
+        let target = self.labels.models.get(target_model);
+        tracked.note(TARGET, &target);
+        let labels = attempt_labels(tracked, &target);
+        let (llmd, llmd_own) = self.llmd_attempts.resolve(&LlmdAttemptLabels::from(&labels));
+        let (gie, gie_own) = self.gie_attempts.resolve(&labels);
+        llmd.inc();
+        gie.inc();
+        if llmd_own && gie_own && target.as_str() != OVERFLOW_LABEL {
+            tracked.keep_counters(TARGET, target_model, [llmd, gie]);
         }
     }
 

@@ -361,6 +361,42 @@ fn remove_endpoint_drops_all_its_series() {
 }
 
 #[test]
+fn attempts_through_kept_counters_count_exactly_and_start_again_when_the_endpoint_returns() {
+    let m = M::new("p");
+    let a = Arc::new(endpoint("a", "10.0.0.1:8000"));
+    // The first attempt per model finds its series through the families; the rest through the counters
+    // the endpoint keeps.
+    for _ in 0..3 {
+        m.scheduler.record_scheduling(Duration::ZERO, "llama", Some(&a));
+    }
+    m.scheduler.record_scheduling(Duration::ZERO, "llama-lora", Some(&a));
+    let llmd = |text: &str, model: &str| {
+        sample(
+            text,
+            "llm_d_epp_scheduler_attempts_total",
+            &[("endpoint_name", "a"), ("target_model_name", model)],
+        )
+    };
+    let gie = |text: &str| {
+        sample(
+            text,
+            "inference_extension_scheduler_attempts_total",
+            &[("pod_name", "a"), ("target_model_name", "llama")],
+        )
+    };
+    let text = m.encode();
+    assert_eq!(
+        (llmd(&text, "llama"), llmd(&text, "llama-lora"), gie(&text)),
+        (Some(3.0), Some(1.0), Some(3.0))
+    );
+    // The endpoint leaves and comes back: its kept counters went with its series.
+    m.plugins.inflight.remove_endpoint(&a);
+    m.scheduler.record_scheduling(Duration::ZERO, "llama", Some(&a));
+    let text = m.encode();
+    assert_eq!((llmd(&text, "llama"), llmd(&text, "llama-lora"), gie(&text)), (Some(1.0), None, Some(1.0)));
+}
+
+#[test]
 fn same_name_at_new_address_replaces_the_old_series() {
     let m = M::new("p");
     let old = endpoint("pod-0", "10.0.0.1:8000");
