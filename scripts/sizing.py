@@ -26,7 +26,10 @@ this machine's; the ratios to the no-op come from the same cell, minutes apart.
 
 --transport measures issue 22's transport criterion instead: 4 pods, closed loop at 10 and 32 connections,
 ~45 B, ~220 KB and ~400 KB prompts with 4-token answers and a 64-chunk streamed answer, epp and the no-op
-alternating for --rounds; throughput and CPU per request (medians of the rounds) and epp's ratios to the no-op.
+alternating for --rounds; throughput and CPU per request (medians of the rounds), epp's ratios to the no-op,
+and each round's CPU ratio (its spread).
+
+--epp and --noop name the two binaries (default: the release builds), to measure a change given to both.
 
 --streams holds N streamed answers at once (N connections, one request each, 4 pods), epp then the no-op:
 peak RSS, RSS per stream over idle, and epp's in-flight gauges (inference_objective_running_requests,

@@ -8,10 +8,10 @@
 //! records per-endpoint series adds a [`Pruner`] that removes its own series of a departing endpoint.
 //!
 //! Lock order: the endpoint map, then the pruner list, then an endpoint's notes or its kept counters (never
-//! both at once), then a family (pruners
-//! must not call back into the index or the registry). Series are recorded while the
-//! map's read lock is held and removed under its write lock, so a record racing a removal either lands
-//! before it (and is removed) or re-registers the endpoint (and is removed by the next `retain`).
+//! both at once), then a family (pruners must not call back into the index or the registry). Series are
+//! recorded while the map's read lock is held and removed under its write lock, so a record racing a
+//! removal either lands before it (and is removed) or re-registers the endpoint (and is removed by the next
+//! `retain`). Counters an endpoint keeps go with its entry, so they are never those of a removed series.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};

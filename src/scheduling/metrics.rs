@@ -6,7 +6,8 @@
 //! Attempt series carry the endpoint, so they go through the per-endpoint series index and are removed
 //! when the endpoint leaves the pool (freeing their slots). Their target model can come from a client's
 //! rewrite header, so the attempt families are capped; an endpoint's overflow series (target
-//! `__overflow__`) is removed with its other series.
+//! `__overflow__`) is removed with its other series. A decision finds its attempt counters on the tracked
+//! endpoint by the raw target model after the first (kept only for the label set's own series).
 
 use std::sync::Arc;
 use std::time::Duration;
