@@ -77,25 +77,32 @@ impl TrackedEndpoint {
         self.notes.write().unwrap_or_else(PoisonError::into_inner).insert(key);
     }
 
-    /// Runs `f` on the counters kept under `(kind, value)`; false when none are.
-    pub fn with_kept_counters(&self, kind: &'static str, value: &str, f: impl FnOnce(&[Counter; 2])) -> bool {
-        let kept = self.kept_counters.read().unwrap_or_else(PoisonError::into_inner);
-        match kept.iter().find(|k| k.kind == kind && &*k.value == value) {
-            Some(k) => {
-                f(&k.counters);
-                true
+    /// Runs `f` on the counters kept under `(kind, value)`, or on new ones from `make`, kept when `make`
+    /// says so (only handles on series of their own, never an overflow series) and this endpoint keeps
+    /// fewer than its most. As [`super::KeptHandles::with`], by a short scan instead of a hash: an
+    /// endpoint keeps a handful.
+    pub fn with_kept_counters<R>(
+        &self,
+        kind: &'static str,
+        value: &str,
+        make: impl FnOnce() -> ([Counter; 2], bool),
+        f: impl FnOnce(&[Counter; 2]) -> R,
+    ) -> R {
+        let is = |k: &KeptCounters| k.kind == kind && &*k.value == value;
+        if let Some(k) =
+            self.kept_counters.read().unwrap_or_else(PoisonError::into_inner).iter().find(|k| is(k))
+        {
+            return f(&k.counters);
+        }
+        let (counters, keep) = make();
+        if keep {
+            let mut kept = self.kept_counters.write().unwrap_or_else(PoisonError::into_inner);
+            // Another thread may have kept the same series in between: one entry is enough.
+            if kept.len() < MAX_KEPT_COUNTERS && !kept.iter().any(is) {
+                kept.push(KeptCounters { kind, value: value.into(), counters: counters.clone() });
             }
-            None => false,
         }
-    }
-
-    /// Keeps `counters` under `(kind, value)`, unless some already are or this endpoint keeps its most.
-    /// The caller keeps only handles on series of their own (never an overflow series).
-    pub fn keep_counters(&self, kind: &'static str, value: &str, counters: [Counter; 2]) {
-        let mut kept = self.kept_counters.write().unwrap_or_else(PoisonError::into_inner);
-        if kept.len() < MAX_KEPT_COUNTERS && !kept.iter().any(|k| k.kind == kind && &*k.value == value) {
-            kept.push(KeptCounters { kind, value: value.into(), counters });
-        }
+        f(&counters)
     }
 
     /// The values noted under `kind`.

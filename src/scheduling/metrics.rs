@@ -115,13 +115,15 @@ impl SchedulerMetrics {
         match endpoint {
             Some(endpoint) => self.endpoints.with(endpoint, |tracked| {
                 // Kept by the raw model name: no interning and no family lookups on the common path.
-                let kept = tracked.with_kept_counters(TARGET, target_model, |[llmd, gie]| {
-                    llmd.inc();
-                    gie.inc();
-                });
-                if !kept {
-                    self.record_attempt_uncached(tracked, target_model);
-                }
+                tracked.with_kept_counters(
+                    TARGET,
+                    target_model,
+                    || self.attempt_counters(tracked, target_model),
+                    |[llmd, gie]| {
+                        llmd.inc();
+                        gie.inc();
+                    },
+                );
             }),
             None => {
                 let target = self.labels.models.get(target_model);
@@ -139,21 +141,18 @@ impl SchedulerMetrics {
         }
     }
 
-    /// A successful attempt found through the families, its counters kept on the endpoint when both are
-    /// the label set's own series (an overflow series or a model folded into `other` is resolved anew
-    /// each time, so each such recording still counts as dropped).
+    /// A successful attempt's counters (llm-d's, GIE's) found through the families, and whether the endpoint
+    /// may keep them: only when both are the label set's own series and the model is not folded into
+    /// `other` (an overflow series is resolved anew each time, so each such recording still counts as
+    /// dropped).
     #[cold]
-    fn record_attempt_uncached(&self, tracked: &TrackedEndpoint, target_model: &str) {
+    fn attempt_counters(&self, tracked: &TrackedEndpoint, target_model: &str) -> ([Counter; 2], bool) {
         let target = self.labels.models.get(target_model);
         tracked.note(TARGET, &target);
         let labels = attempt_labels(tracked, &target);
         let (llmd, llmd_own) = self.llmd_attempts.resolve(&LlmdAttemptLabels::from(&labels));
         let (gie, gie_own) = self.gie_attempts.resolve(&labels);
-        llmd.inc();
-        gie.inc();
-        if llmd_own && gie_own && target.as_str() != OVERFLOW_LABEL {
-            tracked.keep_counters(TARGET, target_model, [llmd, gie]);
-        }
+        ([llmd, gie], llmd_own && gie_own && target.as_str() != OVERFLOW_LABEL)
     }
 
     /// One plugin call's duration, by extension point (`Scorer`, `Filter`, ...), plugin type and name.
