@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use epp_testkit::{envoy_or_skip, free_port, manifest_dir, workspace_bin};
+use epp_testkit::{envoy_or_skip, free_port, free_ports, manifest_dir, workspace_bin};
 
 const TOUR_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -40,23 +40,10 @@ impl Drop for ProcessGroup {
     }
 }
 
-fn port_is_free(port: u16) -> bool {
-    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
-}
-
-/// A free port whose successor is free too (`epp-sim --port P` serves its second replica on P + 1).
-fn free_port_pair() -> u16 {
-    loop {
-        let port = free_port();
-        if port < u16::MAX && port_is_free(port + 1) {
-            return port;
-        }
-    }
-}
-
 /// The README's ports and what they become here. epp's own defaults are named on its command line.
 fn port_map() -> Vec<(String, String)> {
-    let sims = free_port_pair();
+    // `epp-sim --port P` with two profiles serves its replicas on P and P + 1.
+    let sims = free_ports(2);
     let fixed = [8080, 9901, 9002, 9003, 9090].map(|port| (port.to_string(), free_port().to_string()));
     let mut map = vec![("8001".to_string(), sims.to_string()), ("8002".to_string(), (sims + 1).to_string())];
     map.extend(fixed);

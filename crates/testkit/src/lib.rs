@@ -112,16 +112,30 @@ pub fn missing_tool(test_name: &str, what: &str) {
     panic!("{test_name}: {what}; the test cannot run ({why})");
 }
 
+/// The ports this test binary has handed out, so that tests running in parallel threads do not collide.
+static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
 /// A port that was free a moment ago. Never hands out the same port twice in one test binary, so tests
 /// running in parallel threads do not collide with each other.
 pub fn free_port() -> u16 {
-    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    free_ports(1)
+}
+
+/// The first of `count` consecutive ports that were free a moment ago, for a process that serves on
+/// `port`, `port + 1`, ... (`epp-sim --replicas`). All of them are recorded as handed out, so
+/// [`free_port`] never returns one of them to another test in this binary.
+pub fn free_ports(count: u16) -> u16 {
+    let count = count.max(1);
     loop {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local addr").port();
+        let first = listener.local_addr().expect("local addr").port();
+        let Some(last) = first.checked_add(count - 1) else { continue };
+        let rest_free = (first + 1..=last).all(|port| TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok());
         let mut handed_out = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if handed_out.get_or_insert_with(HashSet::new).insert(port) {
-            return port;
+        let handed_out = handed_out.get_or_insert_with(HashSet::new);
+        if rest_free && (first..=last).all(|port| !handed_out.contains(&port)) {
+            handed_out.extend(first..=last);
+            return first;
         }
     }
 }
