@@ -81,6 +81,26 @@ impl Replicas {
         self.first().predictor_report()
     }
 
+    /// The replica whose turn request `index` is.
+    pub(crate) fn turn_of(&self, index: usize) -> usize {
+        index % self.routers.len()
+    }
+
+    /// How many epp replicas share the traffic.
+    pub(crate) fn len(&self) -> usize {
+        self.routers.len()
+    }
+
+    /// Whether the config holds requests in flow control.
+    pub(crate) fn flow_controls(&self) -> bool {
+        self.first().flow_controls()
+    }
+
+    /// Whether replica `k`'s flow control would release a request now (always, without flow control).
+    pub(crate) fn admits(&mut self, k: usize, endpoints: &[Arc<Endpoint>], now: Instant) -> bool {
+        self.routers.get_mut(k).is_none_or(|r| r.admits(endpoints, now))
+    }
+
     /// Routes request `index` on the replica whose turn it is.
     pub(crate) fn route(
         &mut self,
@@ -88,7 +108,7 @@ impl Replicas {
         req: &Arriving<'_>,
         endpoints: &[Arc<Endpoint>],
     ) -> Result<Routed, Refused> {
-        let k = index % self.routers.len();
+        let k = self.turn_of(index);
         if let Some(owner) = self.owner.get_mut(index) {
             *owner = k as u16;
         }

@@ -121,6 +121,10 @@ pub struct RunReport {
     /// Of `rejected`, those the server would answer 429 (e.g. a sheddable request the
     /// `latency-slo-admitter` predicts no endpoint can serve in time).
     pub rejected_429: u64,
+    /// Requests flow control held for a while before scheduling them (configs with the `flowControl`
+    /// gate), and their mean wait in seconds (`None` when none waited).
+    pub flow_waited: u64,
+    pub flow_wait_mean_s: Option<f64>,
     /// Requests that never finished (must be 0).
     pub unfinished: u64,
     /// Finish events beyond one per request (must be 0).
@@ -226,6 +230,8 @@ pub fn summarize(
         aborted,
         rejected,
         rejected_429: 0,
+        flow_waited: 0,
+        flow_wait_mean_s: None,
         unfinished,
         duplicate_finishes: duplicates,
         ttft_s: Percentiles::of(&mut ttft),

@@ -23,8 +23,8 @@ use epp::predictor::online::PredictorHub;
 use epp::predictor::train::Objective;
 use epp::request::{Headers, ParsedRequest, TokenEstimator};
 use epp::scheduling::{
-    Candidate, Completion, CompletionKind, DispatchInfo, FactoryContext, NoopObserver, Pipeline,
-    PluginMetrics, Registry, SchedulingRequest, Usage,
+    Candidate, Completion, CompletionKind, DispatchInfo, FactoryContext, NoopObserver, PendingLoad, Pipeline,
+    PluginMetrics, Registry, SaturationDetector, SchedulingRequest, StageSaturation, Usage,
 };
 
 use super::training::{self, Actual, PredictorReport, Training};
@@ -146,6 +146,32 @@ pub(crate) struct PipelineRouter {
     training: Option<Training>,
     /// The KV-event pools of the config's `precise-prefix-cache-producer`s, fed the engines' events.
     kv_pools: Vec<Arc<KvEventPool>>,
+    /// The config's flow control (`featureGates: [flowControl]`): requests wait in the simulation's queue
+    /// while this says the pool is full ([`super::simulation`]'s `flow` module).
+    flow_gate: Option<FlowGate>,
+}
+
+/// What flow control's dispatch cycle asks before it releases a request: the saturation detector over
+/// the whole pool, against the usage limit's ceiling (src/flowcontrol/dispatch.rs).
+struct FlowGate {
+    detector: Arc<dyn SaturationDetector>,
+    ceiling: f64,
+}
+
+impl FlowGate {
+    /// The gate of a config with the `flowControl` gate on: its saturation detector (the loader always
+    /// names one; the server falls back to one of its own only when that plugin has no detector role,
+    /// which the lab refuses instead).
+    fn of(loaded: &LoadedConfig) -> Result<Option<FlowGate>, String> {
+        let Some(flow) = &loaded.flow_control else { return Ok(None) };
+        let name = loaded.saturation_detector.as_deref().unwrap_or_default();
+        let detector = loaded
+            .pipeline
+            .plugin(name)
+            .and_then(|p| p.saturation_detector.clone())
+            .ok_or_else(|| format!("flow control: the saturation detector {name:?} is not a detector"))?;
+        Ok(Some(FlowGate { detector, ceiling: flow.usage_limit.threshold }))
+    }
 }
 
 /// Loads an EndpointPickerConfig against the run's own datastore and predictor hub, so plugin state
@@ -183,6 +209,7 @@ impl Router {
                 let te = loaded.token_estimator;
                 let estimator = TokenEstimator::new(te.characters_per_token, te.output_ratio)
                     .map_err(|e| e.to_string())?;
+                let flow_gate = FlowGate::of(&loaded)?;
                 Router::Pipeline(Box::new(PipelineRouter {
                     pipeline: loaded.pipeline,
                     estimator,
@@ -192,6 +219,7 @@ impl Router {
                     response_headers: Vec::new(),
                     training: Training::take(&hub),
                     kv_pools: kv_pools.all(),
+                    flow_gate,
                 }))
             }
         })
@@ -210,6 +238,24 @@ impl Router {
                 pool.apply_in_process(endpoint, model, payload);
             }
         }
+    }
+
+    /// Whether the config holds requests in flow control.
+    pub(crate) fn flow_controls(&self) -> bool {
+        matches!(self, Router::Pipeline(p) if p.flow_gate.is_some())
+    }
+
+    /// Whether flow control would release a request now: the pool's saturation, with nothing pending
+    /// (the lab schedules a released request at the instant it is released), is below the ceiling; NaN
+    /// is full, as in the server. Always true without flow control.
+    pub(crate) fn admits(&mut self, endpoints: &[Arc<Endpoint>], now: Instant) -> bool {
+        let Router::Pipeline(p) = self else { return true };
+        let Some(gate) = &p.flow_gate else { return true };
+        p.candidates.clear();
+        p.candidates.extend(endpoints.iter().cloned().map(Candidate::new));
+        let saturation =
+            StageSaturation::of(gate.detector.as_ref(), &p.candidates, now, PendingLoad::default());
+        !saturation.effective.is_nan() && saturation.effective < gate.ceiling
     }
 
     /// Whether decisions read endpoint telemetry (the blind baselines do not, so scrapes can be skipped).
@@ -329,8 +375,8 @@ impl PipelineRouter {
         };
         self.candidates.clear();
         self.candidates.extend(endpoints.iter().cloned().map(Candidate::new));
-        // The server's own decision step (no shedding: the lab models neither flow control nor
-        // saturation-based admission).
+        // The server's own decision step (no shedding: the lab does not model legacy saturation-based
+        // admission; flow control, where the config turns it on, held the request before this).
         let decision = decide(
             &self.pipeline,
             None,

@@ -31,6 +31,7 @@ use epp::request::parse_request;
 use epp::scheduling::{DispatchInfo, Usage};
 use epp_sim::{encode_batch, tokenize, Engine, FinishReason, RequestEvent, SimRequest};
 
+mod flow;
 mod lookahead;
 mod pd;
 
@@ -106,6 +107,8 @@ struct Run<'a> {
     /// P/D: requests between their prefill and decode legs, and the KV transfer time per prompt token.
     transfers: pd::Transfers,
     kv_seconds_per_token: f64,
+    /// Requests held by flow control (configs with the `flowControl` gate).
+    flow: flow::Queues,
 }
 
 /// Simulates `plan` on `fleet` routed by `choice`. Deterministic: same inputs, same report.
@@ -139,6 +142,7 @@ pub fn run(
         })
         .collect();
     let n = plan.requests.len();
+    let n_routers = router.len();
     let mut run = Run {
         plan,
         router,
@@ -159,6 +163,7 @@ pub fn run(
         model: &workload.model,
         transfers: pd::Transfers::default(),
         kv_seconds_per_token: fleet.kv_transfer_seconds_per_token,
+        flow: flow::Queues::new(n_routers),
     };
     if run.router.wants_kv_events() {
         for r in &mut run.replicas {
@@ -178,6 +183,8 @@ pub fn run(
     let mut report =
         summarize(&choice.name, &run.records, &summaries, workload.slo, makespan, run.engine_steps);
     report.rejected_429 = run.rejected_429;
+    report.flow_waited = run.flow.waited;
+    report.flow_wait_mean_s = (run.flow.waited > 0).then(|| run.flow.wait_s / run.flow.waited as f64);
     report.predictor = run.router.predictor_report();
     if let Some(dir) = &choice.samples {
         let path = dir.join(format!("{}.csv", choice.name));
@@ -205,14 +212,28 @@ impl Run<'_> {
             let step_end = self.steps.peek().map(|Reverse((t, _))| t.0);
             let transfer = self.transfers.next_time();
             let arrival = self.plan.requests.get(next_arrival).map(|r| r.arrival);
+            let tick = ticks as f64 * scrape_interval;
             let Some(next_work) = [step_end, transfer, arrival].into_iter().flatten().min_by(f64::total_cmp)
             else {
-                break;
+                if self.flow.is_empty() || !scrapes {
+                    break;
+                }
+                // Only held requests are left: the next scrape may release them; if a scrape of the idle
+                // fleet releases none, nothing will.
+                self.scrape(tick);
+                ticks += 1;
+                now = tick;
+                if self.release(tick)? == 0 {
+                    self.refuse_held();
+                }
+                continue;
             };
-            let tick = ticks as f64 * scrape_interval;
             if scrapes && tick <= next_work {
                 self.scrape(tick);
                 ticks += 1;
+                if !self.flow.is_empty() {
+                    self.release(tick)?;
+                }
                 continue;
             }
             if self.router.next_retrain().is_some_and(|t| t <= next_work) {
@@ -253,7 +274,9 @@ impl Run<'_> {
         }
     }
 
-    fn arrive(&mut self, index: usize, t: f64) -> Result<(), LabError> {
+    /// Writes, parses, routes and queues request `index` in its replica's engine at `t` (its arrival, or
+    /// its release from flow control).
+    fn dispatch(&mut self, index: usize, t: f64) -> Result<(), LabError> {
         let planned = self.plan.requests[index];
         self.plan.write_body(&planned, &mut self.body);
         let parsed = parse_request(CHAT_PATH, &self.body).map_err(|e| {
@@ -381,6 +404,9 @@ impl Run<'_> {
         }
         if self.replicas[replica].engine.has_work() {
             self.start_step(replica, t);
+        }
+        if !self.flow.is_empty() {
+            self.release(t)?;
         }
         Ok(())
     }

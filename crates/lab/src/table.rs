@@ -24,6 +24,10 @@ fn percent(x: f64) -> String {
 const ROWS: &[(&str, Cell)] = &[
     ("completed", |r| format!("{}/{}", r.completed, r.requests)),
     ("aborted / rejected (429)", |r| format!("{}/{} ({})", r.aborted, r.rejected, r.rejected_429)),
+    ("held by flow control (mean wait s)", |r| match r.flow_wait_mean_s {
+        Some(mean) => format!("{} ({mean:.2})", r.flow_waited),
+        None => "-".into(),
+    }),
     ("TTFT p50 (ms)", |r| ms(r.ttft_s, |p| p.p50)),
     ("TTFT p90 (ms)", |r| ms(r.ttft_s, |p| p.p90)),
     ("TTFT p99 (ms)", |r| ms(r.ttft_s, |p| p.p99)),
