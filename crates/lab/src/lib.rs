@@ -23,6 +23,7 @@
 
 pub mod cli;
 pub mod fleet;
+mod flow_gate;
 pub mod generate;
 pub mod oracle;
 mod replicas;

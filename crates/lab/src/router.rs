@@ -23,10 +23,11 @@ use epp::predictor::online::PredictorHub;
 use epp::predictor::train::Objective;
 use epp::request::{Headers, ParsedRequest, TokenEstimator};
 use epp::scheduling::{
-    Candidate, Completion, CompletionKind, DispatchInfo, FactoryContext, NoopObserver, PendingLoad, Pipeline,
-    PluginMetrics, Registry, SaturationDetector, SchedulingRequest, StageSaturation, Usage,
+    Candidate, Completion, CompletionKind, DispatchInfo, FactoryContext, NoopObserver, Pipeline,
+    PluginMetrics, Registry, SchedulingRequest, Usage,
 };
 
+use super::flow_gate::FlowGate;
 use super::training::{self, Actual, PredictorReport, Training};
 
 /// A routing configuration to compare.
@@ -151,29 +152,6 @@ pub(crate) struct PipelineRouter {
     flow_gate: Option<FlowGate>,
 }
 
-/// What flow control's dispatch cycle asks before it releases a request: the saturation detector over
-/// the whole pool, against the usage limit's ceiling (src/flowcontrol/dispatch.rs).
-struct FlowGate {
-    detector: Arc<dyn SaturationDetector>,
-    ceiling: f64,
-}
-
-impl FlowGate {
-    /// The gate of a config with the `flowControl` gate on: its saturation detector (the loader always
-    /// names one; the server falls back to one of its own only when that plugin has no detector role,
-    /// which the lab refuses instead).
-    fn of(loaded: &LoadedConfig) -> Result<Option<FlowGate>, String> {
-        let Some(flow) = &loaded.flow_control else { return Ok(None) };
-        let name = loaded.saturation_detector.as_deref().unwrap_or_default();
-        let detector = loaded
-            .pipeline
-            .plugin(name)
-            .and_then(|p| p.saturation_detector.clone())
-            .ok_or_else(|| format!("flow control: the saturation detector {name:?} is not a detector"))?;
-        Ok(Some(FlowGate { detector, ceiling: flow.usage_limit.threshold }))
-    }
-}
-
 /// Loads an EndpointPickerConfig against the run's own datastore and predictor hub, so plugin state
 /// (prefix index, in-flight counters, the predictor's samples) starts empty for every run.
 pub(crate) fn load_config(
@@ -245,17 +223,13 @@ impl Router {
         matches!(self, Router::Pipeline(p) if p.flow_gate.is_some())
     }
 
-    /// Whether flow control would release a request now: the pool's saturation, with nothing pending
-    /// (the lab schedules a released request at the instant it is released), is below the ceiling; NaN
-    /// is full, as in the server. Always true without flow control.
+    /// Whether flow control would release a request now ([`FlowGate::admits`]); always true without it.
     pub(crate) fn admits(&mut self, endpoints: &[Arc<Endpoint>], now: Instant) -> bool {
         let Router::Pipeline(p) = self else { return true };
         let Some(gate) = &p.flow_gate else { return true };
         p.candidates.clear();
         p.candidates.extend(endpoints.iter().cloned().map(Candidate::new));
-        let saturation =
-            StageSaturation::of(gate.detector.as_ref(), &p.candidates, now, PendingLoad::default());
-        !saturation.effective.is_nan() && saturation.effective < gate.ceiling
+        gate.admits(&p.candidates, now)
     }
 
     /// Whether decisions read endpoint telemetry (the blind baselines do not, so scrapes can be skipped).

@@ -183,8 +183,7 @@ pub fn run(
     let mut report =
         summarize(&choice.name, &run.records, &summaries, workload.slo, makespan, run.engine_steps);
     report.rejected_429 = run.rejected_429;
-    report.flow_waited = run.flow.waited;
-    report.flow_wait_mean_s = (run.flow.waited > 0).then(|| run.flow.wait_s / run.flow.waited as f64);
+    run.flow.report(&mut report);
     report.predictor = run.router.predictor_report();
     if let Some(dir) = &choice.samples {
         let path = dir.join(format!("{}.csv", choice.name));
@@ -207,33 +206,22 @@ impl Run<'_> {
         let scrapes = self.router.reads_telemetry();
         let mut next_arrival = 0;
         let mut ticks = 0u64;
-        let mut now = 0.0;
+        let mut now: f64 = 0.0;
         loop {
             let step_end = self.steps.peek().map(|Reverse((t, _))| t.0);
             let transfer = self.transfers.next_time();
             let arrival = self.plan.requests.get(next_arrival).map(|r| r.arrival);
             let tick = ticks as f64 * scrape_interval;
-            let Some(next_work) = [step_end, transfer, arrival].into_iter().flatten().min_by(f64::total_cmp)
-            else {
-                if self.flow.is_empty() || !scrapes {
-                    break;
-                }
-                // Only held requests are left: the next scrape may release them; if a scrape of the idle
-                // fleet releases none, nothing will.
-                self.scrape(tick);
-                ticks += 1;
-                now = tick;
-                if self.release(tick)? == 0 {
-                    self.refuse_held();
-                }
-                continue;
-            };
+            let next_work = [step_end, transfer, arrival].into_iter().flatten().min_by(f64::total_cmp);
+            if next_work.is_none() && (self.flow.is_empty() || !scrapes) {
+                break;
+            }
+            let next_work = next_work.unwrap_or(f64::INFINITY);
             if scrapes && tick <= next_work {
                 self.scrape(tick);
                 ticks += 1;
-                if !self.flow.is_empty() {
-                    self.release(tick)?;
-                }
+                now = now.max(tick);
+                self.release_after_scrape(tick, next_work.is_infinite())?;
                 continue;
             }
             if self.router.next_retrain().is_some_and(|t| t <= next_work) {
@@ -405,10 +393,7 @@ impl Run<'_> {
         if self.replicas[replica].engine.has_work() {
             self.start_step(replica, t);
         }
-        if !self.flow.is_empty() {
-            self.release(t)?;
-        }
-        Ok(())
+        self.release(t).map(|_| ())
     }
 
     fn index(&self, id: u64) -> Result<usize, LabError> {

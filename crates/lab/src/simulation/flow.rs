@@ -14,7 +14,7 @@
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
-use super::{LabError, Outcome, Run};
+use super::{LabError, Outcome, Run, RunReport};
 
 /// The held requests of each epp replica, by (priority, highest first; request index, i.e. arrival).
 #[derive(Default)]
@@ -33,6 +33,12 @@ impl Queues {
     pub(super) fn is_empty(&self) -> bool {
         self.held.iter().all(BTreeSet::is_empty)
     }
+
+    /// The run's account of flow control: how many requests waited, and how long on average.
+    pub(super) fn report(&self, report: &mut RunReport) {
+        report.flow_waited = self.waited;
+        report.flow_wait_mean_s = (self.waited > 0).then(|| self.wait_s / self.waited as f64);
+    }
 }
 
 impl Run<'_> {
@@ -50,10 +56,22 @@ impl Run<'_> {
         self.release(t).map(|_| ())
     }
 
+    /// The dispatch cycle after a scrape at `t`. When `only_held` (nothing but held requests is left) and
+    /// it releases none, nothing ever will: the fleet is idle and the detector still reads it as full.
+    pub(super) fn release_after_scrape(&mut self, t: f64, only_held: bool) -> Result<(), LabError> {
+        if self.release(t)? == 0 && only_held {
+            self.refuse_held();
+        }
+        Ok(())
+    }
+
     /// One dispatch cycle on every replica's queue at `t`; returns how many requests it released.
     pub(super) fn release(&mut self, t: f64) -> Result<usize, LabError> {
-        let now = self.clock.at(t);
         let mut released = 0;
+        if self.flow.is_empty() {
+            return Ok(released);
+        }
+        let now = self.clock.at(t);
         for k in 0..self.flow.held.len() {
             while let Some(&(_, index)) = self.flow.held[k].first() {
                 if !self.router.admits(k, &self.endpoints, now) {
@@ -72,9 +90,8 @@ impl Run<'_> {
         Ok(released)
     }
 
-    /// Every held request refused: what is left when an idle fleet still reads as saturated, so no
-    /// event will ever release them (the server would hold them until their clients gave up).
-    pub(super) fn refuse_held(&mut self) {
+    /// Every held request refused (the server would hold them until their clients gave up).
+    fn refuse_held(&mut self) {
         for queue in &mut self.flow.held {
             for (_, index) in std::mem::take(queue) {
                 self.records[index].outcome = Outcome::Rejected;
