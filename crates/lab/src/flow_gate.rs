@@ -15,18 +15,10 @@ pub(crate) struct FlowGate {
 }
 
 impl FlowGate {
-    /// The gate of a config with the `flowControl` gate on: its saturation detector (the loader always
-    /// names one; the server falls back to one of its own only when that plugin has no detector role,
-    /// which the lab refuses instead).
+    /// The gate of a config with the `flowControl` gate on, around its saturation detector.
     pub(crate) fn of(loaded: &LoadedConfig) -> Result<Option<FlowGate>, String> {
         let Some(flow) = &loaded.flow_control else { return Ok(None) };
-        let name = loaded.saturation_detector.as_deref().unwrap_or_default();
-        let detector = loaded
-            .pipeline
-            .plugin(name)
-            .and_then(|p| p.saturation_detector.clone())
-            .ok_or_else(|| format!("flow control: the saturation detector {name:?} is not a detector"))?;
-        Ok(Some(FlowGate { detector, ceiling: flow.usage_limit.threshold }))
+        Ok(Some(FlowGate { detector: detector_of(loaded)?, ceiling: flow.usage_limit.threshold }))
     }
 
     /// Whether the dispatch cycle would release a request now: the pool's saturation, with nothing pending
@@ -36,4 +28,16 @@ impl FlowGate {
         let saturation = StageSaturation::of(self.detector.as_ref(), pool, now, PendingLoad::default());
         !saturation.effective.is_nan() && saturation.effective < self.ceiling
     }
+}
+
+/// The config's saturation detector, for flow control or (without it) legacy shedding: the loader always
+/// names one (`saturationDetector.pluginRef`, else the `utilization-detector` it adds); the server falls
+/// back to one of its own only when that plugin has no detector role, which the lab refuses instead.
+pub(crate) fn detector_of(loaded: &LoadedConfig) -> Result<Arc<dyn SaturationDetector>, String> {
+    let name = loaded.saturation_detector.as_deref().unwrap_or_default();
+    loaded
+        .pipeline
+        .plugin(name)
+        .and_then(|p| p.saturation_detector.clone())
+        .ok_or_else(|| format!("the saturation detector {name:?} is not a detector"))
 }

@@ -15,10 +15,9 @@
 //! as several active epp replicas (`--epp-replicas`), and a `precise-prefix-cache-producer` is fed the
 //! engines' KV events in process.
 //!
-//! Flow control is modelled for configs that turn it on (`featureGates: [flowControl]`; see the
-//! simulation's `flow` module). Not modelled: legacy saturation-based admission (without the gate,
-//! requests go straight to scheduling, as with no saturation detector: sheddable requests are not shed),
-//! model rewrites, network latency, and client behaviour (sessions are open-loop; see [`workload`]). A retrain publishes its model at the tick
+//! Admission is the server's: with `featureGates: [flowControl]` requests wait in flow control (the
+//! simulation's `flow` module); without it a sheddable request is refused while the config's saturation
+//! detector reads the pool as full. Not modelled: model rewrites, network latency, and client behaviour (sessions are open-loop; see [`workload`]). A retrain publishes its model at the tick
 //! itself, where the server's training thread takes a moment: the lab's predictor is never behind.
 
 pub mod cli;

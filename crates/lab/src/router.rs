@@ -24,10 +24,10 @@ use epp::predictor::train::Objective;
 use epp::request::{Headers, ParsedRequest, TokenEstimator};
 use epp::scheduling::{
     Candidate, Completion, CompletionKind, DispatchInfo, FactoryContext, NoopObserver, Pipeline,
-    PluginMetrics, Registry, SchedulingRequest, Usage,
+    PluginMetrics, Registry, SaturationDetector, SchedulingRequest, Usage,
 };
 
-use super::flow_gate::FlowGate;
+use super::flow_gate::{detector_of, FlowGate};
 use super::training::{self, Actual, PredictorReport, Training};
 
 /// A routing configuration to compare.
@@ -150,6 +150,9 @@ pub(crate) struct PipelineRouter {
     /// The config's flow control (`featureGates: [flowControl]`): requests wait in the simulation's queue
     /// while this says the pool is full ([`super::simulation`]'s `flow` module).
     flow_gate: Option<FlowGate>,
+    /// Without flow control, the server's legacy admission: a sheddable request (priority < 0) is refused
+    /// with 429 while this detector says the pool is full (src/flowcontrol/mod.rs).
+    shedding: Option<Arc<dyn SaturationDetector>>,
 }
 
 /// Loads an EndpointPickerConfig against the run's own datastore and predictor hub, so plugin state
@@ -188,6 +191,7 @@ impl Router {
                 let estimator = TokenEstimator::new(te.characters_per_token, te.output_ratio)
                     .map_err(|e| e.to_string())?;
                 let flow_gate = FlowGate::of(&loaded)?;
+                let shedding = if flow_gate.is_none() { Some(detector_of(&loaded)?) } else { None };
                 Router::Pipeline(Box::new(PipelineRouter {
                     pipeline: loaded.pipeline,
                     estimator,
@@ -198,6 +202,7 @@ impl Router {
                     training: Training::take(&hub),
                     kv_pools: kv_pools.all(),
                     flow_gate,
+                    shedding,
                 }))
             }
         })
@@ -349,11 +354,11 @@ impl PipelineRouter {
         };
         self.candidates.clear();
         self.candidates.extend(endpoints.iter().cloned().map(Candidate::new));
-        // The server's own decision step (no shedding: the lab does not model legacy saturation-based
-        // admission; flow control, where the config turns it on, held the request before this).
+        // The server's own decision step, legacy shedding included (flow control, where the config turns
+        // it on, held the request before this instead).
         let decision = decide(
             &self.pipeline,
-            None,
+            self.shedding.as_deref(),
             &sreq,
             &mut self.candidates,
             &mut self.rng,

@@ -75,3 +75,23 @@ fn flow_control_holds_a_burst_while_the_pool_is_saturated_and_serves_every_reque
     // Deterministic, as every lab run.
     assert_eq!(run(&fleet, &workload, &plan, &default_profile(true)).unwrap(), held);
 }
+
+#[test]
+fn without_flow_control_sheddable_requests_are_refused_while_the_pool_is_saturated() {
+    // The server's legacy admission: with the gate off, a sheddable request (priority < 0) gets 429 while
+    // the detector reads the pool as full; standard requests are never shed. With the gate on, the same
+    // requests wait instead.
+    let fleet = Fleet::from_yaml("noise: 0\nreplicas: [{profile: l4-8b}]").unwrap();
+    let workload = Workload::from_yaml(
+        "duration: 2s\narrival: {constant: {rate: 40}}\nprompt_tokens: {constant: 500}\noutput_tokens: {constant: 40}\n\
+         priorities: [{priority: 0, weight: 1}, {priority: -1, weight: 1}]\n",
+    )
+    .unwrap();
+    let plan = Plan::new(&workload);
+    let sheddable = plan.requests.iter().filter(|r| r.priority < 0).count() as u64;
+    let direct = run(&fleet, &workload, &plan, &default_profile(false)).unwrap();
+    assert!(direct.rejected_429 > 0 && direct.rejected_429 < sheddable, "{direct:?}");
+    assert_eq!(direct.completed + direct.rejected_429, plan.requests.len() as u64);
+    let held = run(&fleet, &workload, &plan, &default_profile(true)).unwrap();
+    assert_eq!((held.rejected, held.completed), (0, plan.requests.len() as u64), "{held:?}");
+}
