@@ -65,6 +65,50 @@ def feature_sets(c):
     return {k: np.column_stack(v).astype(np.float32) for k, v in sets.items()}
 
 
+def queue_formula(c, train):
+    """A closed-form queue model fitted per accelerator class on the training rows (least squares weighted
+    to relative error): TTFT from the prompt tokens to prefill ahead of the request including its own,
+    that times the last step, the last step, what is left of the step in progress, running and waiting.
+    The cheapest stand-in for a per-endpoint shadow of the engine's queue."""
+    own = (1 - c["obs_prefix_score"]) * c["obs_input_tokens"]
+    ahead = c["obs_prefill_tokens_in_flight"] + own
+    step = c["obs_last_step_ms"]
+    left = np.maximum(step - np.minimum(c["obs_ms_since_last_token"], 10000), 0)
+    f = np.column_stack([np.ones_like(ahead), ahead, ahead * step / 100.0, step, left, c["obs_running"],
+                         c["obs_waiting"]])
+    y = c["ttft_ms"]
+    out = np.full(len(y), np.nan)
+    for k in np.unique(c["obs_accelerator_class"]):
+        rows = c["obs_accelerator_class"] == k
+        fit = train & rows
+        if fit.sum() >= 20:
+            w = 1.0 / np.maximum(y[fit], 1.0)
+            coef, *_ = np.linalg.lstsq(f[fit] * w[:, None], y[fit] * w, rcond=None)
+            out[rows] = f[rows] @ coef
+    return np.where(np.isfinite(out), np.maximum(out, 1.0), np.nanmedian(y[train]))
+
+
+def with_queue_formula(c, cut):
+    """TTFT MAPE of the fitted queue formula alone, as a column beside epp's features, and as the trees'
+    base margin (log-mean: the trees learn the log of the ratio to it)."""
+    y = c["ttft_ms"]
+    ok = np.isfinite(y) & (y > 0)
+    train = np.arange(len(y)) < cut
+    tr, te = train & ok, ~train & ok
+    formula = queue_formula(c, tr)
+    x = feature_sets(c)["epp today"]
+    print(f"  TTFT  {'fitted queue formula alone':34s} {'':8s} {mape(formula[te], y[te]):6.1f}%")
+    for name, xx, margin in (("+ queue formula as a column", np.column_stack([x, formula]), None),
+                             ("epp today on the formula's margin", x, np.log(formula))):
+        d = xgb.DMatrix(xx[tr], label=np.log(y[tr]))
+        dt = xgb.DMatrix(xx[te])
+        if margin is not None:
+            d.set_base_margin(margin[tr])
+            dt.set_base_margin(margin[te])
+        p = np.exp(xgb.train(PARAMS, d, TREES).predict(dt))
+        print(f"  TTFT  {name:34s} log-mean {mape(p, y[te]):6.1f}%")
+
+
 def study(path):
     c = load(path)
     n = len(c["ttft_ms"])
@@ -75,6 +119,7 @@ def study(path):
     print(f"  TTFT  live (epp's model at dispatch)     {mape(np.where(live > 0, live, np.nan), c['ttft_ms'][test]):6.1f}%")
     print(f"  TTFT  lookahead of the exact engine      {mape(c['lookahead_ttft_ms'][test], c['ttft_ms'][test]):6.1f}%")
     print(f"  TPOT  lookahead of the exact engine      {mape(c['lookahead_tpot_ms'][test], c['tpot_ms'][test]):6.1f}%")
+    with_queue_formula(c, cut)
     for target in ("ttft_ms", "tpot_ms"):
         y = c[target]
         ok = np.isfinite(y) & (y > 0)
