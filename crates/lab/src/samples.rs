@@ -39,6 +39,9 @@ pub struct Dispatched {
     /// The chosen engine played forward with the request and no later arrivals, seconds.
     pub lookahead_ttft: f64,
     pub lookahead_tpot: f64,
+    /// A fresh engine holding only what epp knew of the replica's work, played forward the same way
+    /// (the simulation's `shadow` module), seconds; 0 without an observation.
+    pub shadow_ttft: f64,
 }
 
 impl Dispatched {
@@ -59,7 +62,8 @@ impl Dispatched {
 const HEADER: &str = "arrival_s,replica,profile,prompt_tokens,cached_tokens,output_tokens,ttft_ms,tpot_ms,\
 predicted_ttft_ms,predicted_tpot_ms,lookahead_ttft_ms,lookahead_tpot_ms,engine_waiting,engine_running,\
 engine_kv,engine_prefill_tokens,engine_prefilling,engine_decoding,busy_for_ms,since_step_ms,last_step_ms,has_observation,obs_kv,obs_input_tokens,obs_waiting,obs_running,obs_prefix_score,\
-obs_prefill_tokens_in_flight,obs_decode_tokens_in_flight,obs_accelerator_class,obs_ms_since_last_token,obs_last_step_ms";
+obs_prefill_tokens_in_flight,obs_decode_tokens_in_flight,obs_accelerator_class,obs_ms_since_last_token,obs_last_step_ms,\
+shadow_ttft_ms";
 
 /// Writes one CSV row per completed request to `path`.
 pub fn write(
@@ -110,7 +114,7 @@ pub fn write(
         let o = d.observation.unwrap_or_default();
         let _ = writeln!(
             out,
-            "{},{:.4},{},{},{},{:.4},{},{},{},{:.3},{:.3}",
+            "{},{:.4},{},{},{},{:.4},{},{},{},{:.3},{:.3},{:.3}",
             u8::from(d.observation.is_some()),
             o.kv_cache_percentage,
             o.input_tokens,
@@ -122,6 +126,7 @@ pub fn write(
             o.accelerator_class,
             o.ms_since_last_token,
             o.last_step_ms,
+            d.shadow_ttft * 1e3,
         );
     }
     std::fs::write(path, out)

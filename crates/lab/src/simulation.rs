@@ -34,6 +34,7 @@ use epp_sim::{encode_batch, tokenize, Engine, FinishReason, RequestEvent, SimReq
 mod flow;
 mod lookahead;
 mod pd;
+mod shadow;
 
 const CHAT_PATH: &str = "/v1/chat/completions";
 
@@ -109,6 +110,8 @@ struct Run<'a> {
     kv_seconds_per_token: f64,
     /// Requests held by flow control (configs with the `flowControl` gate).
     flow: flow::Queues,
+    /// What epp knows of each replica's work, for the samples' shadow column (only with samples).
+    shadow: Option<shadow::Ledger>,
 }
 
 /// Simulates `plan` on `fleet` routed by `choice`. Deterministic: same inputs, same report.
@@ -164,6 +167,7 @@ pub fn run(
         transfers: pd::Transfers::default(),
         kv_seconds_per_token: fleet.kv_transfer_seconds_per_token,
         flow: flow::Queues::new(n_routers),
+        shadow: choice.samples.is_some().then(|| shadow::Ledger::new(fleet.replicas.len())),
     };
     if run.router.wants_kv_events() {
         for r in &mut run.replicas {
@@ -307,6 +311,9 @@ impl Run<'_> {
         record.prompt_tokens = request.prompt.len() as u32;
         if !self.samples.is_empty() {
             self.samples[index] = self.sample(routed.replica, &routed, &request, t);
+            if let (Some(ledger), Some(o)) = (&mut self.shadow, self.samples[index].observation) {
+                ledger.sent(routed.replica, request.id, &o);
+            }
         }
         let prefill = self.prefill_replica(routed.dispatch.as_ref());
         self.dispatches[index] = routed.dispatch;
@@ -348,16 +355,25 @@ impl Run<'_> {
             match *event {
                 RequestEvent::FirstToken { id, cached_tokens } => {
                     let i = self.index(id)?;
+                    if let Some(ledger) = &mut self.shadow {
+                        ledger.first_token(replica, id);
+                    }
                     self.records[i].first_token = t;
                     self.records[i].cached_tokens = cached_tokens;
                     self.router.on_first_token(i, self.dispatches[i].as_ref(), now);
                 }
                 RequestEvent::Token { id } => {
                     let i = self.index(id)?;
+                    if let Some(ledger) = &mut self.shadow {
+                        ledger.token(replica, id);
+                    }
                     self.router.on_token(i, self.dispatches[i].as_ref(), now);
                 }
                 RequestEvent::Finished { id, output_tokens, reason } => {
                     let i = self.index(id)?;
+                    if let Some(ledger) = &mut self.shadow {
+                        ledger.finished(replica, id, output_tokens);
+                    }
                     let record = &mut self.records[i];
                     if record.outcome != Outcome::Pending {
                         record.duplicate_finishes += 1;

@@ -15,6 +15,9 @@ impl Run<'_> {
         (sample.since_step, sample.last_step) = (t - r.last_step.0, r.last_step.1);
         if let Some(info) = &routed.dispatch {
             sample.observation = info.attrs.observation;
+            if let (Some(ledger), Some(o)) = (&self.shadow, &sample.observation) {
+                sample.shadow_ttft = ledger.ttft(replica, &r.engine, request.id, o);
+            }
             if let Some(p) = &info.attrs.latency {
                 (sample.predicted_ttft_ms, sample.predicted_tpot_ms) = (p.ttft_ms, p.tpot_ms);
             }
