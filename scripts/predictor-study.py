@@ -4,6 +4,8 @@ TPOT MAPE for
   - live:      the prediction the scheduler used (epp's online model at dispatch);
   - lookahead: a copy of the chosen engine played forward from its exact state (what no feature set can
                beat by much: its only error is the arrivals after dispatch);
+  - shadow:    a fresh engine holding only what epp knows of the replica's work, played forward the same
+               way (crates/lab/src/simulation/shadow.rs);
   - offline XGBoost models on feature sets, trained on the first 60% of the run (time order) and scored
                on the rest, so each lever is measured on its own.
 
@@ -119,6 +121,9 @@ def study(path):
     print(f"  TTFT  live (epp's model at dispatch)     {mape(np.where(live > 0, live, np.nan), c['ttft_ms'][test]):6.1f}%")
     print(f"  TTFT  lookahead of the exact engine      {mape(c['lookahead_ttft_ms'][test], c['ttft_ms'][test]):6.1f}%")
     print(f"  TPOT  lookahead of the exact engine      {mape(c['lookahead_tpot_ms'][test], c['tpot_ms'][test]):6.1f}%")
+    if "shadow_ttft_ms" in c:
+        shadow = c["shadow_ttft_ms"][test]
+        print(f"  TTFT  shadow of what epp knows           {mape(np.where(shadow > 0, shadow, np.nan), c['ttft_ms'][test]):6.1f}%")
     with_queue_formula(c, cut)
     for target in ("ttft_ms", "tpot_ms"):
         y = c[target]

@@ -312,7 +312,7 @@ impl Run<'_> {
         if !self.samples.is_empty() {
             self.samples[index] = self.sample(routed.replica, &routed, &request, t);
             if let (Some(ledger), Some(o)) = (&mut self.shadow, self.samples[index].observation) {
-                ledger.sent(routed.replica, request.id, &o);
+                ledger.sent(routed.replica, &request, &o, t);
             }
         }
         let prefill = self.prefill_replica(routed.dispatch.as_ref());

@@ -95,3 +95,34 @@ fn without_flow_control_sheddable_requests_are_refused_while_the_pool_is_saturat
     let held = run(&fleet, &workload, &plan, &default_profile(true)).unwrap();
     assert_eq!((held.rejected, held.completed), (0, plan.requests.len() as u64), "{held:?}");
 }
+
+#[test]
+fn the_shadow_of_an_idle_replica_is_its_look_ahead_and_grows_with_the_work_sent_there() {
+    use epp::predictor::features::Observation;
+    let mut cfg = epp_sim::EngineConfig::for_profile(AcceleratorProfile::h100_8b());
+    cfg.noise = 0.0;
+    let engine = Engine::new(cfg);
+    // Prompts that share nothing, so no prefix-cache hit shortens one.
+    let request = |id: u64| {
+        let first = id as u32 * 10_000;
+        SimRequest { id, prompt: (first..first + 2000).collect(), max_output_tokens: 50, lora: None }
+    };
+    // Nothing streamed for a long while: no step in progress.
+    let idle = Observation { ms_since_last_token: 10_000.0, input_tokens: 2000, ..Observation::default() };
+    let mut ledger = shadow::Ledger::new(1);
+    let alone = ledger.ttft(0, &engine, &request(1), &idle, 0.0);
+    assert_eq!(alone, oracle::look_ahead(&engine, 0.0, request(1)).ttft);
+    // Two prompts sent and not started: the next one waits for them.
+    ledger.sent(0, &request(1), &idle, 0.0);
+    ledger.sent(0, &request(2), &idle, 0.0);
+    let behind = ledger.ttft(0, &engine, &request(3), &idle, 0.0);
+    assert!(behind > alone * 1.5, "{behind} vs {alone}");
+    // Once they decode, only their decode steps are in the way.
+    ledger.first_token(0, 1);
+    ledger.first_token(0, 2);
+    let decoding = ledger.ttft(0, &engine, &request(3), &idle, 0.0);
+    assert!(alone < decoding && decoding < behind, "{alone} < {decoding} < {behind}");
+    ledger.finished(0, 1, 50);
+    ledger.finished(0, 2, 50);
+    assert_eq!(ledger.ttft(0, &engine, &request(3), &idle, 0.0), alone);
+}

@@ -16,7 +16,7 @@ impl Run<'_> {
         if let Some(info) = &routed.dispatch {
             sample.observation = info.attrs.observation;
             if let (Some(ledger), Some(o)) = (&self.shadow, &sample.observation) {
-                sample.shadow_ttft = ledger.ttft(replica, &r.engine, request.id, o);
+                sample.shadow_ttft = ledger.ttft(replica, &r.engine, request, o, t);
             }
             if let Some(p) = &info.attrs.latency {
                 (sample.predicted_ttft_ms, sample.predicted_tpot_ms) = (p.ttft_ms, p.tpot_ms);
