@@ -352,28 +352,22 @@ impl Run<'_> {
                 }
                 continue;
             }
+            if let Some(ledger) = &mut self.shadow {
+                ledger.observe(replica, event);
+            }
             match *event {
                 RequestEvent::FirstToken { id, cached_tokens } => {
                     let i = self.index(id)?;
-                    if let Some(ledger) = &mut self.shadow {
-                        ledger.first_token(replica, id);
-                    }
                     self.records[i].first_token = t;
                     self.records[i].cached_tokens = cached_tokens;
                     self.router.on_first_token(i, self.dispatches[i].as_ref(), now);
                 }
                 RequestEvent::Token { id } => {
                     let i = self.index(id)?;
-                    if let Some(ledger) = &mut self.shadow {
-                        ledger.token(replica, id);
-                    }
                     self.router.on_token(i, self.dispatches[i].as_ref(), now);
                 }
                 RequestEvent::Finished { id, output_tokens, reason } => {
                     let i = self.index(id)?;
-                    if let Some(ledger) = &mut self.shadow {
-                        ledger.finished(replica, id, output_tokens);
-                    }
                     let record = &mut self.records[i];
                     if record.outcome != Outcome::Pending {
                         record.duplicate_finishes += 1;

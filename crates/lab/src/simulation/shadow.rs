@@ -16,7 +16,7 @@
 //! do not move the TTFT: given the true lengths instead, the figures moved by at most 0.4 points).
 
 use epp::predictor::features::Observation;
-use epp_sim::{Engine, SimRequest};
+use epp_sim::{Engine, RequestEvent, SimRequest};
 
 use super::oracle;
 
@@ -50,10 +50,9 @@ impl Ledger {
     }
 
     fn mean_answer(&self) -> u32 {
-        if self.answers.1 == 0 {
-            FIRST_ANSWER_GUESS
-        } else {
-            (self.answers.0 / self.answers.1).clamp(1, u64::from(u32::MAX)) as u32
+        match self.answers.0.checked_div(self.answers.1) {
+            None => FIRST_ANSWER_GUESS,
+            Some(mean) => mean.clamp(1, u64::from(u32::MAX)) as u32,
         }
     }
 
@@ -111,6 +110,15 @@ impl Ledger {
             let matched = matched_of(o, new.prompt.len());
             let prompt = new.prompt.clone();
             list.push(Sent { id: new.id, prompt, matched, first_token: false, streamed: 0, sent_at: now });
+        }
+    }
+
+    /// What epp sees of `event` from `replica`'s stream.
+    pub(super) fn observe(&mut self, replica: usize, event: &RequestEvent) {
+        match *event {
+            RequestEvent::FirstToken { id, .. } => self.first_token(replica, id),
+            RequestEvent::Token { id } => self.token(replica, id),
+            RequestEvent::Finished { id, output_tokens, .. } => self.finished(replica, id, output_tokens),
         }
     }
 
