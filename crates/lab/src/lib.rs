@@ -17,8 +17,9 @@
 //!
 //! Admission is the server's: with `featureGates: [flowControl]` requests wait in flow control (the
 //! simulation's `flow` module); without it a sheddable request is refused while the config's saturation
-//! detector reads the pool as full. Not modelled: model rewrites, network latency, and client behaviour (sessions are open-loop; see [`workload`]). A retrain publishes its model at the tick
-//! itself, where the server's training thread takes a moment: the lab's predictor is never behind.
+//! detector reads the pool as full. Not modelled: model rewrites, network latency, and client behaviour
+//! (sessions are open-loop; see [`workload`]). A retrain publishes its model at the tick itself, where
+//! the server's training thread takes a moment: the lab's predictor is never behind.
 
 pub mod cli;
 pub mod fleet;

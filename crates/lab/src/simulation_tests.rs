@@ -1,4 +1,5 @@
-//! The event loop's own tests: virtual time's order and a lone request's exact step times.
+//! The event loop's own tests: virtual time's order, a lone request's exact step times, admission (flow
+//! control and legacy shedding) and the samples' shadow.
 
 use super::*;
 use crate::router::RouterSpec;
@@ -42,8 +43,8 @@ fn a_lone_request_takes_the_engines_step_times() {
     }
 }
 
-/// The default profile, with or without the `flowControl` gate.
-fn default_profile(flow_control: bool) -> RouterChoice {
+/// A queue-scorer profile, with or without the `flowControl` gate.
+fn queue_profile(flow_control: bool) -> RouterChoice {
     let gates = if flow_control { "featureGates: [flowControl]\n" } else { "" };
     let yaml = format!(
         "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n{gates}plugins:\n- type: queue-scorer\n\
@@ -64,8 +65,8 @@ fn flow_control_holds_a_burst_while_the_pool_is_saturated_and_serves_every_reque
     )
     .unwrap();
     let plan = Plan::new(&workload);
-    let direct = run(&fleet, &workload, &plan, &default_profile(false)).unwrap();
-    let held = run(&fleet, &workload, &plan, &default_profile(true)).unwrap();
+    let direct = run(&fleet, &workload, &plan, &queue_profile(false)).unwrap();
+    let held = run(&fleet, &workload, &plan, &queue_profile(true)).unwrap();
     assert_eq!((direct.flow_waited, direct.flow_wait_mean_s), (0, None));
     assert!(held.flow_waited > 0 && held.flow_wait_mean_s.is_some_and(|s| s > 0.0), "{held:?}");
     for report in [&direct, &held] {
@@ -73,7 +74,7 @@ fn flow_control_holds_a_burst_while_the_pool_is_saturated_and_serves_every_reque
         assert_eq!((report.rejected, report.unfinished, report.duplicate_finishes), (0, 0, 0));
     }
     // Deterministic, as every lab run.
-    assert_eq!(run(&fleet, &workload, &plan, &default_profile(true)).unwrap(), held);
+    assert_eq!(run(&fleet, &workload, &plan, &queue_profile(true)).unwrap(), held);
 }
 
 #[test]
@@ -89,10 +90,10 @@ fn without_flow_control_sheddable_requests_are_refused_while_the_pool_is_saturat
     .unwrap();
     let plan = Plan::new(&workload);
     let sheddable = plan.requests.iter().filter(|r| r.priority < 0).count() as u64;
-    let direct = run(&fleet, &workload, &plan, &default_profile(false)).unwrap();
+    let direct = run(&fleet, &workload, &plan, &queue_profile(false)).unwrap();
     assert!(direct.rejected_429 > 0 && direct.rejected_429 < sheddable, "{direct:?}");
     assert_eq!(direct.completed + direct.rejected_429, plan.requests.len() as u64);
-    let held = run(&fleet, &workload, &plan, &default_profile(true)).unwrap();
+    let held = run(&fleet, &workload, &plan, &queue_profile(true)).unwrap();
     assert_eq!((held.rejected, held.completed), (0, plan.requests.len() as u64), "{held:?}");
 }
 

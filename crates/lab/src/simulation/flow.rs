@@ -3,8 +3,8 @@
 //! detector says the pool has room, as the server's dispatch cycle does (src/flowcontrol/dispatch.rs):
 //! higher priority first, first come first served within a priority (one flow: the lab's requests carry
 //! no fairness ID), and a cycle stops at the first request it cannot release, so a lower priority never
-//! overtakes. The cycle runs when something that changes saturation happens: an arrival, a scrape (new
-//! telemetry), an engine step that finished requests (in-flight counts).
+//! overtakes. The cycle runs when something that changes saturation may have happened: an arrival, a
+//! scrape (new telemetry), the end of an engine step (requests finished, in-flight counts moved).
 //!
 //! What the server does that this does not: queue capacity and TTLs (the server's defaults have no TTL;
 //! a full queue would answer 429), the safety tick (telemetry never goes stale in the lab, so it would

@@ -81,7 +81,10 @@ impl Ledger {
         for (k, prefix) in warm.filter(|p| !p.is_empty()).enumerate() {
             let _ = shadow.try_add_request(request(WARM_ID + k as u64, prefix.to_vec(), 1));
         }
-        while shadow.has_work() {
+        for _ in 0..WARM_STEPS {
+            if !shadow.has_work() {
+                break;
+            }
             shadow.step();
         }
         let answer = self.mean_answer();
@@ -150,6 +153,9 @@ impl Ledger {
 
 /// Ids of the warm-up requests, above any request of a plan.
 const WARM_ID: u64 = 1 << 62;
+
+/// The most engine steps the warm-up runs (a bound, not a figure: prefixes take a few dozen).
+const WARM_STEPS: usize = 100_000;
 
 /// The leading tokens of a `len`-token prompt epp's prefix index matched.
 fn matched_of(o: &Observation, len: usize) -> usize {
