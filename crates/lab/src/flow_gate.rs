@@ -1,5 +1,5 @@
-//! Flow control's gate, as the lab's router asks it; the queue it guards is the simulation's `flow`
-//! module.
+//! Admission as the lab's router runs it: flow control's gate (the queue it guards is the simulation's
+//! `flow` module), or legacy shedding.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,13 +14,41 @@ pub(crate) struct FlowGate {
     ceiling: f64,
 }
 
-impl FlowGate {
-    /// The gate of a config with the `flowControl` gate on, around its saturation detector.
-    pub(crate) fn of(loaded: &LoadedConfig) -> Result<Option<FlowGate>, String> {
-        let Some(flow) = &loaded.flow_control else { return Ok(None) };
-        Ok(Some(FlowGate { detector: detector_of(loaded)?, ceiling: flow.usage_limit.threshold }))
+/// The server's two admission modes (src/flowcontrol/mod.rs), around the config's saturation detector.
+pub(crate) enum Admission {
+    /// Without the `flowControl` gate: a sheddable request (priority < 0) is refused with 429 while the
+    /// detector says the pool is full.
+    Shedding(Arc<dyn SaturationDetector>),
+    /// With it: requests wait in the simulation's queue while the gate says the pool is full.
+    FlowControl(FlowGate),
+}
+
+impl Admission {
+    pub(crate) fn of(loaded: &LoadedConfig) -> Result<Admission, String> {
+        let detector = detector_of(loaded)?;
+        Ok(match &loaded.flow_control {
+            None => Admission::Shedding(detector),
+            Some(flow) => Admission::FlowControl(FlowGate { detector, ceiling: flow.usage_limit.threshold }),
+        })
     }
 
+    /// The detector legacy admission sheds on (`None` under flow control, which held the request before).
+    pub(crate) fn shedding(&self) -> Option<&dyn SaturationDetector> {
+        match self {
+            Admission::Shedding(detector) => Some(detector.as_ref()),
+            Admission::FlowControl(_) => None,
+        }
+    }
+
+    pub(crate) fn flow_gate(&self) -> Option<&FlowGate> {
+        match self {
+            Admission::FlowControl(gate) => Some(gate),
+            Admission::Shedding(_) => None,
+        }
+    }
+}
+
+impl FlowGate {
     /// Whether the dispatch cycle would release a request now: the pool's saturation, with nothing pending
     /// (the lab schedules a released request at the instant it is released), is below the ceiling; NaN
     /// is full, as in the server.
@@ -30,10 +58,10 @@ impl FlowGate {
     }
 }
 
-/// The config's saturation detector, for flow control or (without it) legacy shedding: the loader always
-/// names one (`saturationDetector.pluginRef`, else the `utilization-detector` it adds); the server falls
-/// back to one of its own only when that plugin has no detector role, which the lab refuses instead.
-pub(crate) fn detector_of(loaded: &LoadedConfig) -> Result<Arc<dyn SaturationDetector>, String> {
+/// The config's saturation detector: the loader always names one (`saturationDetector.pluginRef`, else the
+/// `utilization-detector` it adds); the server falls back to one of its own only when that plugin has no
+/// detector role, which the lab refuses instead.
+fn detector_of(loaded: &LoadedConfig) -> Result<Arc<dyn SaturationDetector>, String> {
     let name = loaded.saturation_detector.as_deref().unwrap_or_default();
     loaded
         .pipeline

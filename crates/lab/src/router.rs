@@ -24,10 +24,10 @@ use epp::predictor::train::Objective;
 use epp::request::{Headers, ParsedRequest, TokenEstimator};
 use epp::scheduling::{
     Candidate, Completion, CompletionKind, DispatchInfo, FactoryContext, NoopObserver, Pipeline,
-    PluginMetrics, Registry, SaturationDetector, SchedulingRequest, Usage,
+    PluginMetrics, Registry, SchedulingRequest, Usage,
 };
 
-use super::flow_gate::{detector_of, FlowGate};
+use super::flow_gate::Admission;
 use super::training::{self, Actual, PredictorReport, Training};
 
 /// A routing configuration to compare.
@@ -147,12 +147,8 @@ pub(crate) struct PipelineRouter {
     training: Option<Training>,
     /// The KV-event pools of the config's `precise-prefix-cache-producer`s, fed the engines' events.
     kv_pools: Vec<Arc<KvEventPool>>,
-    /// The config's flow control (`featureGates: [flowControl]`): requests wait in the simulation's queue
-    /// while this says the pool is full ([`super::simulation`]'s `flow` module).
-    flow_gate: Option<FlowGate>,
-    /// Without flow control, the server's legacy admission: a sheddable request (priority < 0) is refused
-    /// with 429 while this detector says the pool is full (src/flowcontrol/mod.rs).
-    shedding: Option<Arc<dyn SaturationDetector>>,
+    /// Legacy shedding, or flow control (`featureGates: [flowControl]`), as the server would run it.
+    admission: Admission,
 }
 
 /// Loads an EndpointPickerConfig against the run's own datastore and predictor hub, so plugin state
@@ -190,8 +186,7 @@ impl Router {
                 let te = loaded.token_estimator;
                 let estimator = TokenEstimator::new(te.characters_per_token, te.output_ratio)
                     .map_err(|e| e.to_string())?;
-                let flow_gate = FlowGate::of(&loaded)?;
-                let shedding = if flow_gate.is_none() { Some(detector_of(&loaded)?) } else { None };
+                let admission = Admission::of(&loaded)?;
                 Router::Pipeline(Box::new(PipelineRouter {
                     pipeline: loaded.pipeline,
                     estimator,
@@ -201,8 +196,7 @@ impl Router {
                     response_headers: Vec::new(),
                     training: Training::take(&hub),
                     kv_pools: kv_pools.all(),
-                    flow_gate,
-                    shedding,
+                    admission,
                 }))
             }
         })
@@ -225,15 +219,14 @@ impl Router {
 
     /// Whether the config holds requests in flow control.
     pub(crate) fn flow_controls(&self) -> bool {
-        matches!(self, Router::Pipeline(p) if p.flow_gate.is_some())
+        matches!(self, Router::Pipeline(p) if p.admission.flow_gate().is_some())
     }
 
     /// Whether flow control would release a request now ([`FlowGate::admits`]); always true without it.
     pub(crate) fn admits(&mut self, endpoints: &[Arc<Endpoint>], now: Instant) -> bool {
         let Router::Pipeline(p) = self else { return true };
-        let Some(gate) = &p.flow_gate else { return true };
-        p.candidates.clear();
-        p.candidates.extend(endpoints.iter().cloned().map(Candidate::new));
+        let Some(gate) = p.admission.flow_gate() else { return true };
+        fill_candidates(&mut p.candidates, endpoints);
         gate.admits(&p.candidates, now)
     }
 
@@ -334,6 +327,12 @@ impl Router {
     }
 }
 
+/// Every endpoint as a candidate, in the list reused across decisions.
+fn fill_candidates(candidates: &mut Vec<Candidate>, endpoints: &[Arc<Endpoint>]) {
+    candidates.clear();
+    candidates.extend(endpoints.iter().cloned().map(Candidate::new));
+}
+
 impl PipelineRouter {
     fn route(&mut self, req: &Arriving<'_>, endpoints: &[Arc<Endpoint>]) -> Result<Routed, Refused> {
         let (input_tokens, estimated_tokens) = self.estimator.estimate(req.body.len(), Some(req.parsed));
@@ -352,13 +351,12 @@ impl PipelineRouter {
             now: req.now,
             dry_run: false,
         };
-        self.candidates.clear();
-        self.candidates.extend(endpoints.iter().cloned().map(Candidate::new));
+        fill_candidates(&mut self.candidates, endpoints);
         // The server's own decision step, legacy shedding included (flow control, where the config turns
         // it on, held the request before this instead).
         let decision = decide(
             &self.pipeline,
-            self.shedding.as_deref(),
+            self.admission.shedding(),
             &sreq,
             &mut self.candidates,
             &mut self.rng,

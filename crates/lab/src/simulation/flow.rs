@@ -21,8 +21,8 @@ use super::{LabError, Outcome, Run, RunReport};
 pub(super) struct Queues {
     held: Vec<BTreeSet<(Reverse<i32>, usize)>>,
     /// Requests that waited (were not released at the instant they arrived), and their total wait.
-    pub(super) waited: u64,
-    pub(super) wait_s: f64,
+    waited: u64,
+    wait_s: f64,
 }
 
 impl Queues {
