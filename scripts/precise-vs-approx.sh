@@ -12,6 +12,8 @@
 #   approx-2   two epps, each behind its own Envoy; each client sends to one (active-active)
 #   precise-1  as approx-1 with config/precise-prefix.yaml (token-producer + precise producer)
 #   precise-2  as approx-2 with config/precise-prefix.yaml
+#   peers-2    as precise-2, each epp's config given `speculativePeers` naming the other (an epp extension:
+#              the two share their speculative entries over UDP on loopback)
 # With TOKENIZER_DIR (a model directory: tokenizer.json, tokenizer_config.json; `make vllm` writes
 # .vllm-model), every pod tokenizes prompts with that model's tokenizer and chat template (epp-sim
 # --tokenizer-dir) instead of its stand-in, and two more setups run:
@@ -106,6 +108,11 @@ precise_config() {
     "$PRECISE_CONFIG"
 }
 
+peers_config() { # precise_config for epp $1 (0 or 1), sharing its speculative entries with the other
+  local own=$((BASE_PORT + 15 + 10 * $1)) other=$((BASE_PORT + 15 + 10 * (1 - $1)))
+  precise_config | sed -e "s#^    speculativeIndexing: true#    speculativeIndexing: true\n    speculativePeers:\n      listen: \"127.0.0.1:$own\"\n      peers: [\"127.0.0.1:$other\"]#"
+}
+
 local_config() { # precise_config with the model's tokenizer and chat template in epp
   precise_config | sed -e "s#^    vllm:#    tokenizerFile: $TOKENIZER_DIR/tokenizer.json\n    tokenizerConfigFile: $TOKENIZER_DIR/tokenizer_config.json\n    vllm:#"
 }
@@ -123,6 +130,14 @@ epp_token_counters() {
   for n in 0 1; do curl -sf "http://127.0.0.1:$((BASE_PORT + 12 + 10 * n))/metrics" || true; done |
     awk '/^epp_token_producer_requests_total / { r += $NF } /^epp_token_producer_local_total / { l += $NF }
          /^epp_token_producer_failures_total / { f += $NF } END { printf "%d %d %d\n", r, l, f }'
+}
+
+# Sums over the epps of a run: peer messages sent, applied and dropped (speculativePeers).
+epp_peer_counters() {
+  local n
+  for n in 0 1; do curl -sf "http://127.0.0.1:$((BASE_PORT + 12 + 10 * n))/metrics" || true; done |
+    awk '/^epp_kv_cache_peer_messages_sent_total / { s += $NF } /^epp_kv_cache_peer_messages_received_total / { r += $NF }
+         /^epp_kv_cache_peer_messages_dropped_total / { d += $NF } END { printf "%d %d %d\n", s, r, d }'
 }
 
 # Starts epp number $1 (0 or 1) with config file $2 and its Envoy; echoes the Envoy listen port.
@@ -150,15 +165,22 @@ run() { # round setup
       --model "$MODEL" --kv-events-port "$KV_PORT" --kv-replay-port "$REPLAY_PORT" ${SIM_TOKENIZER[@]+"${SIM_TOKENIZER[@]}"}
   done
   for ip in "${IPS[@]}"; do wait_for "$ip" "$SIM_PORT" "$OUT_DIR/sim-$tag-$ip.log"; done
+  local configs=("$WORK/config.yaml" "$WORK/config.yaml")
   case "$setup" in
     approx-*) approx_config >"$WORK/config.yaml" ;;
     local-*) local_config >"$WORK/config.yaml" ;;
+    peers-*)
+      configs=("$WORK/config-0.yaml" "$WORK/config-1.yaml")
+      peers_config 0 >"${configs[0]}"
+      peers_config 1 >"${configs[1]}"
+      grep -q speculativePeers "${configs[0]}" || { echo "precise-vs-approx: $PRECISE_CONFIG has no speculativeIndexing: true" >&2; exit 1; }
+      ;;
     *) precise_config >"$WORK/config.yaml" ;;
   esac
-  start_epp 0 "$WORK/config.yaml"
+  start_epp 0 "${configs[0]}"
   local listen=($((BASE_PORT + 80)) $((BASE_PORT + 80)))
   if [[ "$setup" == *-2 ]]; then
-    start_epp 1 "$WORK/config.yaml"
+    start_epp 1 "${configs[1]}"
     listen[1]=$((BASE_PORT + 81))
   fi
   sleep 1 # every epp has scraped every pod and subscribed to its events
@@ -177,6 +199,8 @@ run() { # round setup
   done
   fleet_prefix_counters >"$OUT_DIR/$tag.prefix"
   epp_token_counters >"$OUT_DIR/$tag.tokens"
+  epp_peer_counters >"$OUT_DIR/$tag.peers"
+  [[ "$setup" != peers-* ]] || echo "   peer messages sent, applied, dropped: $(cat "$OUT_DIR/$tag.peers")"
   stop_all
 }
 

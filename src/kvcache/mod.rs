@@ -11,6 +11,7 @@
 //! - [`pool`]: one subscriber per endpoint of the datastore, following it as endpoints come and go.
 //! - [`central`]: or one socket epp binds, which every engine publishes to (`zmqEndpoint`).
 //! - `speculation`: a routed request's blocks held by its target until the engine confirms them.
+//! - [`peers`] and [`peer_link`]: those entries shared with the other epp replicas (`speculativePeers`).
 //! - [`render`] and [`local_tokens`]: a request's token ids, from the engine's `render` endpoints
 //!   (llm-d's `token-producer`) or an in-process tokenizer; [`chat_template`] renders chat requests'
 //!   prompts in process for it.
@@ -27,7 +28,10 @@ mod frames;
 mod index;
 mod local_tokens;
 mod msgpack;
+mod peer_link;
+mod peers;
 mod pool;
+mod pools;
 mod render;
 mod replay;
 mod segments;
@@ -50,7 +54,12 @@ pub use index::{Applied, EndpointId, KvIndex, PrefixMatch, TierWeights, DEFAULT_
 #[cfg(test)]
 pub(crate) use local_tokens::tests::word_tokenizer_file as local_tokens_test_file;
 pub use local_tokens::{completions_prompt, LocalTokenizer, LocalTokensError, Prompt};
-pub use pool::{KvEventPool, KvPools, PoolConfig, Subscribers};
+pub use peer_link::{bind as bind_peer_socket, spawn_peers, PeerConfig, PeerLink, PeerOutbox, PeerTransport};
+pub use peers::{
+    decode as decode_peer, encode as encode_peer, fingerprint, PeerDatagram, PeerDecodeError, PeerMessage,
+};
+pub use pool::{KvEventPool, PoolConfig, Subscribers};
+pub use pools::KvPools;
 pub use render::{parse_rendered, RenderApi, RenderClient, RenderConfig, RenderError};
 pub use subscriber::{
     apply_message, run as run_subscriber, Sequence, SharedIndex, SubscriberStats, Subscription,

@@ -133,6 +133,12 @@ impl KvEventPool {
         subscriber::apply_batch(&subscription, b"", payload, &self.index, &self.stats);
     }
 
+    /// Numbers the endpoint serving at `addr` as the supervisor would on seeing it (tests).
+    #[cfg(test)]
+    pub(crate) fn number(&self, addr: SocketAddr) -> EndpointId {
+        *self.ids_mut().entry(addr).or_insert_with(|| self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
     fn ids_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<SocketAddr, EndpointId>> {
         self.ids.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -141,22 +147,6 @@ impl KvEventPool {
 fn at_rank(endpoint: &Endpoint, base: u16) -> String {
     let port = base.saturating_add(endpoint.rank);
     crate::datastore::format_host_port(SocketAddr::new(endpoint.addr.ip(), port))
-}
-
-/// The KV-event pools the plugins of one configuration built, for a caller that feeds them events in
-/// process ([`KvEventPool::apply_in_process`]): the lab. Plugins register theirs as they are built.
-#[derive(Debug, Clone, Default)]
-pub struct KvPools(Arc<std::sync::Mutex<Vec<Arc<KvEventPool>>>>);
-
-impl KvPools {
-    pub fn register(&self, pool: Arc<KvEventPool>) {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(pool);
-    }
-
-    /// Every pool registered so far.
-    pub fn all(&self) -> Vec<Arc<KvEventPool>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
-    }
 }
 
 /// The running subscribers, keyed by the endpoint's serving address.

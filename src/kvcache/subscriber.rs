@@ -48,6 +48,11 @@ pub struct SubscriberStats {
     /// dropped instead).
     pub replays: Counter,
     pub replay_failures: Counter,
+    /// Speculative placements and first tokens sent to peer replicas, applied from them, and dropped
+    /// (a full outbox, a datagram that did not decode, came from no peer or for other block keys).
+    pub peer_sent: Counter,
+    pub peer_received: Counter,
+    pub peer_dropped: Counter,
 }
 
 /// What one subscriber needs.

@@ -13,6 +13,13 @@ use crate::datastore::Datastore;
 #[derive(Debug)]
 pub struct PoolTask(JoinHandle<()>);
 
+impl PoolTask {
+    /// Runs `task` on the current runtime until the returned guard is dropped.
+    pub(crate) fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) -> Self {
+        PoolTask(tokio::spawn(task))
+    }
+}
+
 impl Drop for PoolTask {
     fn drop(&mut self) {
         self.0.abort();

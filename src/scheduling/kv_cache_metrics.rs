@@ -30,7 +30,7 @@ impl KvCacheMetrics {
     pub(crate) fn register(r: &MetricsRegistry) -> Arc<Self> {
         let m = Self::default();
         let e = &m.events;
-        let counters: [(&str, &str, &Counter); 18] = [
+        let counters: [(&str, &str, &Counter); 21] = [
             ("llm_d_epp_kv_cache_events_messages_received", "KV-event messages received", &e.messages),
             ("llm_d_epp_kv_cache_events_stores_skipped", "BlockStored events not indexed", &e.stores_skipped),
             (
@@ -74,6 +74,21 @@ impl KvCacheMetrics {
                 "epp_token_producer_requests",
                 "Requests token-producer was asked to tokenize",
                 &m.token_requests,
+            ),
+            (
+                "epp_kv_cache_peer_messages_sent",
+                "Speculative placements and first tokens sent to peer epp replicas (datagrams)",
+                &e.peer_sent,
+            ),
+            (
+                "epp_kv_cache_peer_messages_received",
+                "Peer replicas' speculative placements and first tokens applied",
+                &e.peer_received,
+            ),
+            (
+                "epp_kv_cache_peer_messages_dropped",
+                "Peer messages dropped: a full outbox, or a datagram malformed, from no peer, or for other block keys",
+                &e.peer_dropped,
             ),
             ("epp_token_producer_failures", "Requests left without token ids", &m.token_failures),
             ("epp_token_producer_local", "Requests tokenized without a render call", &m.token_local),

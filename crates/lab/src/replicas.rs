@@ -6,7 +6,8 @@
 //! endpoints) and every engine's KV events (each pod subscribes to every engine). That is the case llm-d's
 //! precise routing is for: with two replicas, each approximate index sees half the traffic.
 //!
-//! A response goes back to the replica that routed it. Baselines (random, round-robin, the oracle) are one
+//! With `speculativePeers`, each replica's speculative entries reach the others as the server's datagrams
+//! would, at the same instant. A response goes back to the replica that routed it. Baselines (random, round-robin, the oracle) are one
 //! router whatever N is.
 
 use std::sync::Arc;
@@ -112,7 +113,25 @@ impl Replicas {
         if let Some(owner) = self.owner.get_mut(index) {
             *owner = k as u16;
         }
-        self.routers[k].route(req, endpoints)
+        let routed = self.routers[k].route(req, endpoints);
+        self.carry_peer_messages(req.now);
+        routed
+    }
+
+    /// Hands what each replica's producers sent their peers (`speculativePeers`) to the other replicas'
+    /// matching producers, at once: between pods of one cluster a datagram takes well under a
+    /// millisecond, far below the engine steps and event delays the lab models.
+    fn carry_peer_messages(&self, now: Instant) {
+        for (k, router) in self.routers.iter().enumerate() {
+            for (i, link) in router.peer_links().iter().enumerate() {
+                for message in link.drain() {
+                    let others = self.routers.iter().enumerate().filter(|&(j, _)| j != k);
+                    for peer in others.filter_map(|(_, r)| r.peer_links().get(i)) {
+                        peer.pool.apply_peer(k as u64, &message, now, peer.ttl);
+                    }
+                }
+            }
+        }
     }
 
     fn owner_of(&mut self, index: usize) -> &mut Router {
@@ -122,6 +141,7 @@ impl Replicas {
 
     pub(crate) fn on_first_token(&mut self, index: usize, dispatch: Option<&DispatchInfo>, now: Instant) {
         self.owner_of(index).on_first_token(dispatch, now);
+        self.carry_peer_messages(now);
     }
 
     pub(crate) fn on_token(&mut self, index: usize, dispatch: Option<&DispatchInfo>, now: Instant) {
@@ -137,5 +157,6 @@ impl Replicas {
         now: Instant,
     ) {
         self.owner_of(index).on_complete(dispatch, usage, first_token, now);
+        self.carry_peer_messages(now);
     }
 }

@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use epp::config::{self, LoadedConfig};
 use epp::datastore::{Datastore, Endpoint};
 use epp::director::decide;
-use epp::kvcache::{KvEventPool, KvPools};
+use epp::kvcache::{KvEventPool, KvPools, PeerLink};
 use epp::predictor::online::PredictorHub;
 use epp::predictor::train::Objective;
 use epp::request::{Headers, ParsedRequest, TokenEstimator};
@@ -147,6 +147,9 @@ pub(crate) struct PipelineRouter {
     training: Option<Training>,
     /// The KV-event pools of the config's `precise-prefix-cache-producer`s, fed the engines' events.
     kv_pools: Vec<Arc<KvEventPool>>,
+    /// The producers' `speculativePeers` links, whose messages [`crate::replicas`] carries to the other
+    /// replicas.
+    peer_links: Vec<Arc<PeerLink>>,
     /// Legacy shedding, or flow control (`featureGates: [flowControl]`), as the server would run it.
     admission: Admission,
 }
@@ -196,6 +199,7 @@ impl Router {
                     response_headers: Vec::new(),
                     training: Training::take(&hub),
                     kv_pools: kv_pools.all(),
+                    peer_links: kv_pools.peer_links(),
                     admission,
                 }))
             }
@@ -214,6 +218,14 @@ impl Router {
             for pool in &p.kv_pools {
                 pool.apply_in_process(endpoint, model, payload);
             }
+        }
+    }
+
+    /// The producers' peer links (empty without `speculativePeers`).
+    pub(crate) fn peer_links(&self) -> &[Arc<PeerLink>] {
+        match self {
+            Router::Pipeline(p) => &p.peer_links,
+            _ => &[],
         }
     }
 

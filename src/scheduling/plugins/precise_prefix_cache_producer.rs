@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use super::prefix_hash::CHARS_PER_TOKEN;
 use crate::kvcache::{
-    lock_index, read_index, spawn_pool, BlockKeyHasher, KvEventPool, KvIndex, PoolTask,
+    bind_peer_socket, fingerprint, lock_index, read_index, spawn_peers, spawn_pool, BlockKeyHasher,
+    KvEventPool, KvIndex, PeerLink, PeerMessage, PeerOutbox, PeerTransport, PoolTask,
     PrefixMatch as HeldPrefix,
 };
 use crate::scheduling::{
@@ -49,7 +50,10 @@ pub(crate) struct PrecisePrefixCacheProducer {
     block_chars: usize,
     metrics: Arc<KvCacheMetrics>,
     speculative_ttl: Option<Duration>,
+    /// `speculativePeers`: where this replica's speculative entries go for the other replicas.
+    peers: Option<PeerOutbox>,
     _subscribers: Option<PoolTask>,
+    _peers: Option<PoolTask>,
 }
 
 impl PrecisePrefixCacheProducer {
@@ -60,7 +64,15 @@ impl PrecisePrefixCacheProducer {
         metrics: Arc<KvCacheMetrics>,
     ) -> Self {
         let block_chars = block_size_tokens * CHARS_PER_TOKEN;
-        Self { pool, block_chars, metrics, speculative_ttl: None, _subscribers: None }
+        Self {
+            pool,
+            block_chars,
+            metrics,
+            speculative_ttl: None,
+            peers: None,
+            _subscribers: None,
+            _peers: None,
+        }
     }
 
     /// The same producer indexing each routed request's blocks on its target for `ttl`.
@@ -146,6 +158,13 @@ impl PreRequest for PrecisePrefixCacheProducer {
             index.expire_speculation(req.now);
             index.request_keys(req.target_model, tokens, keys);
             index.speculate_pending(id, keys, info.dispatch_id, req.now);
+            drop(index);
+            if let (Some(peers), Some(target)) =
+                (&self.peers, result.primary().and_then(|r| r.targets.first()))
+            {
+                let keys = keys.clone();
+                peers.send(PeerMessage::Placed { dispatch: info.dispatch_id, endpoint: target.addr, keys });
+            }
         });
     }
 }
@@ -173,6 +192,9 @@ impl PrecisePrefixCacheProducer {
         let Some(ttl) = self.speculative_ttl else { return };
         if read_index(self.pool.index()).is_pending(dispatch) {
             lock_index(self.pool.index()).served(dispatch, now + ttl);
+            if let Some(peers) = &self.peers {
+                peers.send(PeerMessage::Served { dispatch });
+            }
         }
     }
 }
@@ -195,10 +217,34 @@ pub(crate) fn factory(
     let metrics = ctx.metrics.kv_cache.clone();
     let pool = Arc::new(KvEventPool::new(config.pool.clone(), index, metrics.events.clone()));
     ctx.kv_pools.register(pool.clone());
+    let peer_drops = metrics.events.peer_dropped.clone();
     let mut producer = PrecisePrefixCacheProducer::new(pool.clone(), config.block_size_tokens, metrics)
         .with_speculation(config.speculative_ttl);
     // Config checks and the lab build pipelines outside a runtime: nothing to subscribe for there.
-    if tokio::runtime::Handle::try_current().is_ok() {
+    let in_runtime = tokio::runtime::Handle::try_current().is_ok();
+    if let (Some(peers), Some(ttl)) = (&config.peers, config.speculative_ttl) {
+        let (outbox, inbox) = PeerOutbox::channel(peer_drops);
+        producer.peers = Some(outbox);
+        if in_runtime {
+            let fingerprint =
+                fingerprint(config.hash_algorithm as u8, config.block_size_tokens, &config.hash_seed);
+            let transport =
+                PeerTransport { pool: pool.clone(), peers: peers.peers.clone(), ttl, fingerprint };
+            let task = bind_peer_socket(peers.listen)
+                .and_then(|socket| spawn_peers(socket, transport, inbox))
+                .map_err(|e| {
+                    PluginError::new(
+                        name,
+                        TYPE_NAME,
+                        format!("speculativePeers.listen {}: {e}", peers.listen),
+                    )
+                })?;
+            producer._peers = Some(task);
+        } else {
+            ctx.kv_pools.register_peer_link(Arc::new(PeerLink::new(pool.clone(), ttl, inbox)));
+        }
+    }
+    if in_runtime {
         producer._subscribers = Some(spawn_pool(pool, ctx.datastore.clone()));
     }
     let producer = Arc::new(producer);

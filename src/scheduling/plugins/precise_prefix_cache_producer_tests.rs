@@ -196,3 +196,92 @@ async fn with_speculation_a_routed_prompt_counts_on_its_target_until_the_ttl_aft
 fn completion(now: std::time::Instant) -> Completion {
     Completion { kind: CompletionKind::Aborted, status: None, usage: None, now }
 }
+
+fn peer_params(own: u16, other: u16) -> serde_json::Value {
+    json!({
+        "speculativeIndexing": true,
+        "tokenProcessorConfig": {"blockSizeTokens": 4},
+        "speculativePeers": {"listen": format!("127.0.0.1:{own}"), "peers": [format!("127.0.0.1:{other}")]},
+    })
+}
+
+#[test]
+fn peers_are_checked_by_name() {
+    let on = |peers: serde_json::Value| json!({"speculativeIndexing": true, "speculativePeers": peers});
+    let off = json!({"speculativePeers": {"listen": ":9004", "peers": ["epp:9004"]}});
+    assert_rejects(factory, off, "speculativePeers");
+    assert_rejects(factory, on(json!({"listen": "9004", "peers": ["epp:9004"]})), "speculativePeers.listen");
+    assert_rejects(factory, on(json!({"listen": ":0", "peers": ["epp:9004"]})), "speculativePeers.listen");
+    assert_rejects(factory, on(json!({"listen": ":9004", "peers": []})), "speculativePeers.peers");
+    assert_rejects(factory, on(json!({"listen": ":9004", "peers": ["epp"]})), "speculativePeers.peers");
+    assert_rejects(factory, on(json!({"listen": ":9004", "peers": [":9004"]})), "speculativePeers.peers");
+    assert_rejects(factory, on(json!({"listen": ":9004", "peerz": []})), "peerz");
+    let config = parse_config("p", Some(&on(json!({"listen": ":9004", "peers": ["epp-peers.ns.svc:9004"]}))))
+        .expect("config");
+    let peers = config.peers.expect("peers");
+    assert_eq!(peers.listen, "0.0.0.0:9004".parse().expect("address"));
+    assert_eq!(peers.peers, ["epp-peers.ns.svc:9004"]);
+}
+
+#[tokio::test]
+async fn a_listen_port_in_use_is_a_startup_error() {
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("address").port();
+    assert_rejects(factory, peer_params(port, 9), "speculativePeers.listen");
+}
+
+/// Two replicas of the plugin, each with its own datastore of the same two pods and the other as its peer,
+/// over UDP on loopback: what one routes counts on the other, and the other's TTL starts at the first
+/// token the first one sees.
+#[tokio::test]
+async fn with_peers_what_one_replica_routes_counts_on_the_other() {
+    use crate::datastore::{Datastore, Endpoint};
+    use crate::scheduling::plugins::testing::{dispatch, result_for};
+    use crate::scheduling::{FactoryContext, PluginMetrics};
+    let (one, two) = (endpoint(1), endpoint(2));
+    let replica = |own: u16, other: u16| {
+        let datastore = Arc::new(Datastore::new("t"));
+        datastore.set_endpoints([&one, &two].iter().map(|e| Endpoint::new(e.name.clone(), e.addr)).collect());
+        let ctx = FactoryContext::new(datastore, PluginMetrics::detached());
+        factory("p", Some(&peer_params(own, other)), &ctx).expect("builds")
+    };
+    let (port_a, port_b) = (epp_testkit::free_port(), epp_testkit::free_port());
+    let (a, b) = (replica(port_a, port_b), replica(port_b, port_a));
+    let (Some(a_routes), Some(a_hears), Some(b_reads)) = (&a.pre_request, &a.response, &b.producer) else {
+        panic!("the plugin routes, hears responses and produces")
+    };
+    let fixture = RequestFixture::with_prompt("m", "\"x\"");
+    let tokens: Vec<u32> = (0..16).collect();
+    let mut req = fixture.request();
+    req.token_ids = Some(&tokens);
+    let mut candidates: Vec<Candidate> = [one.clone(), two.clone()].into_iter().map(Candidate::new).collect();
+    let matched =
+        |c: &[Candidate]| c.iter().map(|c| c.attrs.prefix.map_or(0, |p| p.match_blocks)).collect::<Vec<_>>();
+    let routed = dispatch(&one, 16, 32);
+    // Both supervisors number the pods as they start: until then a placement names a pod unknown to one of
+    // them. The same dispatch id each time, so a resend replaces the entry instead of adding one.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        a_routes.pre_request(&req, &result_for(std::slice::from_ref(&one)), &routed);
+        b_reads.prepare(&req, &mut candidates);
+        if matched(&candidates) == [4, 0] || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(matched(&candidates), [4, 0], "A's routing counts on B, on A's target");
+    // Pending on B until A's request gets its first token, however long that takes.
+    let later = fixture.request();
+    let mut much_later = later;
+    much_later.token_ids = Some(&tokens);
+    much_later.now += Duration::from_secs(30);
+    b_reads.prepare(&much_later, &mut candidates);
+    assert_eq!(matched(&candidates), [4, 0], "still pending");
+    a_hears.on_response_chunk(&routed, b"data: {}", true, req.now);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while matched(&candidates) != [0, 0] && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        b_reads.prepare(&much_later, &mut candidates);
+    }
+    assert_eq!(matched(&candidates), [0, 0], "B started the TTL when A saw the first token");
+}

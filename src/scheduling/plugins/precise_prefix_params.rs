@@ -3,13 +3,14 @@
 //! pkg/kvcache, pkg/kvevents), decoded strictly and validated: what epp does not support is an error
 //! naming the field.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::super::param_checks;
 use super::TYPE_NAME;
-use crate::kvcache::{HashAlgorithm, PoolConfig, TierWeights, DEFAULT_MAX_BLOCKS};
+use crate::kvcache::{HashAlgorithm, PeerConfig, PoolConfig, TierWeights, DEFAULT_MAX_BLOCKS};
 use crate::scheduling::{parse_params, PluginError};
 
 /// llm-d's `speculativeTTL` default.
@@ -24,6 +25,17 @@ struct Params {
     speculative_indexing: Option<bool>,
     #[serde(rename = "speculativeTTL")]
     speculative_ttl: Option<String>,
+    /// An epp extension: speculative entries shared with the other epp replicas.
+    speculative_peers: Option<PeersParams>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeersParams {
+    /// `[ip]:port` this replica receives its peers' datagrams on.
+    listen: String,
+    /// `host:port` names of the peers (a headless Service's name resolves to every replica).
+    peers: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -106,6 +118,8 @@ pub(crate) struct PreciseConfig {
     /// `speculativeIndexing` with `speculativeTTL`: how long a routed request's blocks count as held
     /// by its target before the engine says so; `None`: off.
     pub speculative_ttl: Option<Duration>,
+    /// `speculativePeers`: the other replicas those entries are shared with.
+    pub peers: Option<PeerConfig>,
 }
 
 fn invalid(name: &str, message: impl Into<String>) -> PluginError {
@@ -151,6 +165,13 @@ pub(crate) fn parse_config(
     if ttl.is_zero() {
         return Err(invalid(name, "parameter `speculativeTTL` must be a positive duration"));
     }
+    let peers = p.speculative_peers.map(|peers| peer_config(name, peers)).transpose()?;
+    if peers.is_some() && !speculative {
+        return Err(invalid(
+            name,
+            "parameter `speculativePeers` shares speculative entries: it needs `speculativeIndexing: true`",
+        ));
+    }
     let pool = pool_config(name, p.kv_events_config.unwrap_or_default())?;
     Ok(PreciseConfig {
         block_size_tokens,
@@ -160,7 +181,32 @@ pub(crate) fn parse_config(
         pool,
         max_blocks,
         speculative_ttl: speculative.then_some(ttl),
+        peers,
     })
+}
+
+fn peer_config(name: &str, p: PeersParams) -> Result<PeerConfig, PluginError> {
+    // `:9004` listens on every address, as Go's `net.Listen` reads it.
+    let listen = if p.listen.starts_with(':') { format!("0.0.0.0{}", p.listen) } else { p.listen.clone() };
+    let listen: SocketAddr = listen.parse().map_err(|_| {
+        invalid(name, format!("parameter `speculativePeers.listen` {:?}: expected [ip]:port", p.listen))
+    })?;
+    if listen.port() == 0 {
+        return Err(invalid(name, "parameter `speculativePeers.listen` needs a port (peers send to it)"));
+    }
+    if p.peers.is_empty() {
+        return Err(invalid(name, "parameter `speculativePeers.peers` is empty: name the other replicas"));
+    }
+    for peer in &p.peers {
+        let port = peer.rsplit_once(':').and_then(|(host, port)| (!host.is_empty()).then_some(port));
+        if port.and_then(|p| p.parse::<u16>().ok()).is_none_or(|p| p == 0) {
+            return Err(invalid(
+                name,
+                format!("parameter `speculativePeers.peers` entry {peer:?}: expected host:port"),
+            ));
+        }
+    }
+    Ok(PeerConfig { listen, peers: p.peers })
 }
 
 fn tier_weights(name: &str, backends: Option<Vec<BackendParams>>) -> Result<TierWeights, PluginError> {

@@ -49,3 +49,35 @@ fn precise_routing_keeps_the_hit_rate_two_epp_replicas_cost_the_approximate_inde
     );
     assert!(precise_two > approx_two + 0.02, "two epps: precise {precise_two} vs approx {approx_two}");
 }
+
+/// The eviction-pressure fleet (4 pods of 1,500 blocks, 48 shared prefixes) at twice its rate, for 30 s:
+/// the engines fall behind, so their events report a prompt's blocks long after it was routed, and two
+/// replicas that learn each other's routings only from those events place a prompt apart.
+const OVERLOADED_FLEET: &str = "replicas:\n- {profile: h100-8b, count: 4, num_gpu_blocks: 1500}\n";
+const OVERLOADED: &str = "seed: 1\nduration: 30s\narrival: {poisson: {rate: 24}}\n\
+    prompt_tokens: {lognormal: {mean: 300, stddev: 300, max: 4000}}\n\
+    output_tokens: {lognormal: {mean: 150, stddev: 100, max: 800}}\n\
+    shared_prefixes: {fraction: 0.9, groups: 48, prefix_tokens: {uniform: {min: 1000, max: 3000}}}\n";
+
+#[test]
+fn replicas_sharing_their_speculation_keep_one_replicas_hit_rate_under_overload() {
+    let run = |epp_replicas: usize| {
+        let choices: Vec<RouterChoice> =
+            ["config/precise-prefix.yaml", "crates/lab/inputs/configs/precise-prefix-peers.yaml"]
+                .iter()
+                .map(|path| RouterChoice { epp_replicas, ..config(path) })
+                .collect();
+        let fleet = Fleet::from_yaml(OVERLOADED_FLEET).unwrap();
+        let report = compare(&fleet, &Workload::from_yaml(OVERLOADED).unwrap(), &choices, 1).unwrap();
+        (report.runs[0].prefix_hit_rate, report.runs[1].prefix_hit_rate)
+    };
+    let (alone, alone_with_peers) = run(1);
+    let (two, two_with_peers) = run(2);
+    assert_eq!(alone, alone_with_peers, "with one replica there is no peer to hear from");
+    assert!(two < alone - 0.03, "two replicas on their own place prompts apart: {two} vs {alone}");
+    assert!(two_with_peers > two + 0.03, "peers: {two_with_peers} vs {two}");
+    assert!(
+        (two_with_peers - alone).abs() < 0.02,
+        "peers keep one replica's rate: {two_with_peers} vs {alone}"
+    );
+}
