@@ -229,8 +229,8 @@ soak: envoy
 	$(VENV)/bin/python scripts/plot-soak.py target/soak/soak.csv target/soak/soak.png
 
 ## fuzz: the fuzzing campaign (cargo-fuzz on the nightly toolchain, installed if missing): FUZZ_RUNS (10,000,000)
-## executions of each target in FUZZ_TARGETS (default all five: metrics_text openai_request sse_usage
-## config_loader extproc_stream), growing then minimising crates/fuzz/corpus/<target>; prints the figures.
+## executions of each target in FUZZ_TARGETS (default all of them, scripts/fuzz.sh lists them), growing
+## then minimising crates/fuzz/corpus/<target>; prints the figures.
 ## Not part of `make test`, which replays every corpus input on stable (crates/fuzz/tests/replay.rs).
 FUZZ_RUNS ?= 10000000
 fuzz:

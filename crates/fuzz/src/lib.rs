@@ -1,6 +1,7 @@
 //! Fuzz targets for every surface of epp that reads bytes it does not control: the `/metrics` pages of
 //! model servers, OpenAI request bodies, response bodies (SSE and JSON `usage`), configuration files,
-//! Envoy's ext_proc message sequences, the engines' KV-cache events, and chat bodies rendered by a chat template.
+//! Envoy's ext_proc message sequences, the engines' KV-cache events, chat bodies rendered by a chat template,
+//! and the datagrams epp replicas send each other.
 //!
 //! Each target is one function over `&[u8]` that must never panic and checks the invariants its surface
 //! promises (an `assert!` that fails is a finding, like a crash). The same functions run in two places:
@@ -15,6 +16,7 @@ pub mod frames;
 pub mod kv_events;
 pub mod metrics_text;
 pub mod openai_request;
+pub mod peer_datagram;
 pub mod seeds;
 pub mod sse_usage;
 
@@ -30,4 +32,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("extproc_stream", extproc_stream::run),
     ("kv_events", kv_events::run),
     ("chat_template", chat_template::run),
+    ("peer_datagram", peer_datagram::run),
 ];

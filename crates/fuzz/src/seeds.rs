@@ -35,8 +35,35 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "extproc_stream" => extproc_stream(),
         "kv_events" => kv_events(),
         "chat_template" => chat_template(),
+        "peer_datagram" => peer_datagram(),
         _ => Vec::new(),
     }
+}
+
+/// A placement (IPv4 and IPv6) and a first-token message.
+fn peer_datagram() -> Vec<Vec<u8>> {
+    use epp::kvcache::{encode_peer, PeerMessage};
+    let messages = [
+        PeerMessage::Placed {
+            dispatch: 7,
+            endpoint: ([10, 0, 0, 1], 8000).into(),
+            keys: vec![1, u64::MAX, 3],
+        },
+        PeerMessage::Placed {
+            dispatch: 8,
+            endpoint: "[fd00::1]:8000".parse().unwrap_or(([0; 4], 0).into()),
+            keys: vec![],
+        },
+        PeerMessage::Served { dispatch: 7 },
+    ];
+    messages
+        .iter()
+        .map(|m| {
+            let mut out = Vec::new();
+            encode_peer(m, 42, 9, &mut out);
+            out
+        })
+        .collect()
 }
 
 /// Chat bodies of every shape the in-process template renders or leaves to render, for each template.

@@ -68,6 +68,11 @@ fn chat_template_corpus() {
 }
 
 #[test]
+fn peer_datagram_corpus() {
+    replay("peer_datagram");
+}
+
+#[test]
 fn every_target_has_a_corpus_and_a_replay_test() {
     let this = include_str!("replay.rs");
     for (target, _) in epp_fuzz::TARGETS {

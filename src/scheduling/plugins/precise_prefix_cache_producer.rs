@@ -148,22 +148,18 @@ impl PreRequest for PrecisePrefixCacheProducer {
         let (Some(_), Some(tokens), false) = (self.speculative_ttl, req.token_ids, req.dry_run) else {
             return;
         };
-        let Some(id) =
-            result.primary().and_then(|r| r.targets.first()).and_then(|t| self.pool.endpoint_id(t.addr))
-        else {
-            return;
-        };
+        let Some(target) = result.primary().and_then(|r| r.targets.first()).map(|t| t.addr) else { return };
+        let Some(id) = self.pool.endpoint_id(target) else { return };
         KEYS.with_borrow_mut(|keys| {
             let mut index = lock_index(self.pool.index());
             index.expire_speculation(req.now);
             index.request_keys(req.target_model, tokens, keys);
             index.speculate_pending(id, keys, info.dispatch_id, req.now);
             drop(index);
-            if let (Some(peers), Some(target)) =
-                (&self.peers, result.primary().and_then(|r| r.targets.first()))
-            {
-                let keys = keys.clone();
-                peers.send(PeerMessage::Placed { dispatch: info.dispatch_id, endpoint: target.addr, keys });
+            if let Some(peers) = &self.peers {
+                let placed =
+                    PeerMessage::Placed { dispatch: info.dispatch_id, endpoint: target, keys: keys.clone() };
+                peers.send(placed);
             }
         });
     }
