@@ -6,6 +6,7 @@ TPOT MAPE for
                beat by much: its only error is the arrivals after dispatch);
   - shadow:    a fresh engine holding only what epp knows of the replica's work, played forward the same
                way (crates/lab/src/simulation/shadow.rs);
+  - residual-corrected: live, times the recent error on the same replica (known before dispatch);
   - offline XGBoost models on feature sets, trained on the first 60% of the run (time order) and scored
                on the rest, so each lever is measured on its own.
 
@@ -111,6 +112,52 @@ def with_queue_formula(c, cut):
         print(f"  TTFT  {name:34s} log-mean {mape(p, y[te]):6.1f}%")
 
 
+def residual_corrected(c, target, tau, shrink):
+    """epp's live predictions times exp(the time-decayed mean of log(actual / predicted) over the requests
+    on the same replica whose outcome was known before this one arrived): does the last few seconds' error
+    on an endpoint say anything about the next request's? tau: the decay (s); shrink: pseudo-count of zero
+    residuals, so a lone residual moves a prediction little."""
+    import math
+    arr, rep = c["arrival_s"], c["replica"]
+    pred, act = c[f"predicted_{target}_ms"], c[f"{target}_ms"]
+    if target == "ttft":
+        known = arr + act / 1e3
+    else:
+        known = arr + (c["ttft_ms"] + act * np.maximum(c["output_tokens"] - 1, 0)) / 1e3
+    out = pred.copy()
+    for r in np.unique(rep):
+        idx = np.where(rep == r)[0]
+        ev = sorted((j for j in idx if pred[j] > 0 and act[j] > 0 and np.isfinite(act[j])), key=lambda j: known[j])
+        kt = np.array([known[j] for j in ev])
+        sums, weights, s, w, last = [], [], 0.0, 0.0, None
+        for j in ev:
+            if last is not None:
+                d = math.exp(-(known[j] - last) / tau)
+                s, w = s * d, w * d
+            s, w, last = s + math.log(act[j] / pred[j]), w + 1, known[j]
+            sums.append(s)
+            weights.append(w)
+        for i in idx:
+            e = np.searchsorted(kt, arr[i], side="left") - 1
+            if pred[i] > 0 and e >= 0:
+                d = math.exp(-(arr[i] - kt[e]) / tau)
+                out[i] = pred[i] * math.exp(sums[e] * d / (weights[e] * d + shrink))
+    return out
+
+
+def with_residual_correction(c, cut):
+    n = len(c["ttft_ms"])
+    te = np.arange(n) >= cut
+    for target in ("ttft", "tpot"):
+        act = c[f"{target}_ms"]
+        cells = [f"live {mape(c[f'predicted_{target}_ms'][te], act[te]):5.1f}%"]
+        for tau in (2.0, 5.0, 15.0, 60.0):
+            for shrink in (1.0, 5.0):
+                p = residual_corrected(c, target, tau, shrink)
+                cells.append(f"tau {tau:g} s/k {shrink:g}: {mape(p[te], act[te]):5.1f}%")
+        print(f"  {target.upper()}  residual-corrected live model: " + ", ".join(cells))
+
+
 def study(path):
     c = load(path)
     n = len(c["ttft_ms"])
@@ -125,6 +172,7 @@ def study(path):
         shadow = c["shadow_ttft_ms"][test]
         print(f"  TTFT  shadow of what epp knows           {mape(np.where(shadow > 0, shadow, np.nan), c['ttft_ms'][test]):6.1f}%")
     with_queue_formula(c, cut)
+    with_residual_correction(c, cut)
     for target in ("ttft_ms", "tpot_ms"):
         y = c[target]
         ok = np.isfinite(y) & (y > 0)
