@@ -126,7 +126,16 @@ async fn run(socket: UdpSocket, t: PeerTransport, mut outbox: mpsc::Receiver<Pee
                 }
             }
             received = socket.recv_from(&mut buf) => {
-                let Ok((len, from)) = received else { continue };
+                let (len, from) = match received {
+                    Ok(got) => got,
+                    Err(e) => {
+                        // Not expected on an unconnected socket; a pause keeps a persistent error from
+                        // spinning the task.
+                        tracing::debug!(error = %e, "speculative peer receive failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
                 let Some(bytes) = buf.get(..len) else { continue };
                 receive(&t, origin, &sources, bytes, from);
             }

@@ -7,8 +7,8 @@
 //! precise routing is for: with two replicas, each approximate index sees half the traffic.
 //!
 //! With `speculativePeers`, each replica's speculative entries reach the others as the server's datagrams
-//! would, at the same instant. A response goes back to the replica that routed it. Baselines (random, round-robin, the oracle) are one
-//! router whatever N is.
+//! would, at the same instant. A response goes back to the replica that routed it. Baselines (random,
+//! round-robin, the oracle) are one router whatever N is.
 
 use std::sync::Arc;
 use std::time::Instant;
