@@ -208,3 +208,60 @@ async fn a_prefix_one_engine_evicted_goes_to_the_engine_still_holding_it() {
     }
     assert!(metric(&stack.epp, "llm_d_epp_kv_cache_index_evictions_total") > 0.0);
 }
+
+/// Two epps behind their own Envoys, sharing their speculative entries (`speculativePeers`), in front of
+/// two pods that publish no KV events: all the second epp can know of where the first sent a prompt is
+/// what the first told it. Each of six prompts the first epp placed goes to the same pod from the second;
+/// a router without that knowledge would match all six by chance 1 time in 64. The TTL is a minute so
+/// that no wait here races it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_peers_a_second_epp_sends_a_prompt_where_the_first_placed_it() {
+    const SILENT_AT: [&str; 2] = ["127.0.0.9", "127.0.0.10"];
+    let pods: Vec<SimPod> = SILENT_AT
+        .iter()
+        .map(|ip| {
+            let mut options = epp_sim::ServeOptions::new(MODEL);
+            options.host = ip.to_string();
+            options.port = free_port();
+            options.name_prefix = ip.to_string();
+            options.time_scale = 20.0;
+            SimPod::start(options)
+        })
+        .collect();
+    let endpoints = pods.iter().map(|p| p.addr.to_string()).collect::<Vec<_>>().join(",");
+    // Nothing publishes on these ports: the subscribers never connect.
+    let (kv_port, replay_port) = (free_port(), free_port());
+    let (peer_a, peer_b) = (free_port(), free_port());
+    let with_peers = |own: u16, other: u16| {
+        let shipped = config(&format!("http://{}", pods[0].addr), kv_port, replay_port);
+        let peers = format!(
+            "speculativeIndexing: true\n    speculativeTTL: 60s\n    speculativePeers:\n      \
+             listen: \"127.0.0.1:{own}\"\n      peers: [\"127.0.0.1:{other}\"]"
+        );
+        format!("--config-text={}", shipped.replacen("speculativeIndexing: true", &peers, 1))
+    };
+    let (config_a, config_b) = (with_peers(peer_a, peer_b), with_peers(peer_b, peer_a));
+    let test = "with_peers_a_second_epp_sends_a_prompt_where_the_first_placed_it";
+    let template = "envoy-full-duplex.yaml";
+    let Some(first) = start_epp_behind_envoy(test, template, &endpoints, &[&config_a], &[]) else { return };
+    let Some(second) = start_epp_behind_envoy(test, template, &endpoints, &[&config_b], &[]) else { return };
+
+    let client = http_client();
+    let system = |n: usize| format!("Guide {n}: you review restaurants for a food guide. ").repeat(30);
+    let mut homes = Vec::new();
+    for n in 0..6 {
+        homes.push(served_by(&client, &first.url("/v1/chat/completions"), &chat(&system(n), "first")).await);
+    }
+    // Six placements and six first tokens.
+    let heard = wait_until(Duration::from_secs(30), || {
+        metric(&second.epp, "epp_kv_cache_peer_messages_received_total") >= 12.0
+    });
+    assert!(heard, "the first epp's placements never reached the second:\n{}", second.epp.metrics_text());
+    for (n, home) in homes.iter().enumerate() {
+        let body = chat(&system(n), "second");
+        assert_eq!(&served_by(&client, &second.url("/v1/chat/completions"), &body).await, home, "prompt {n}");
+    }
+    assert_eq!(metric(&second.epp, "llm_d_epp_kv_cache_index_admissions_total"), 0.0, "no engine spoke");
+    assert_eq!(metric(&second.epp, "epp_kv_cache_peer_messages_dropped_total"), 0.0);
+    assert!(metric(&first.epp, "epp_kv_cache_peer_messages_sent_total") >= 12.0);
+}
