@@ -23,9 +23,9 @@ const MODEL: &str = "precise-model";
 /// Each pod's address: both serve on their own port, and publish KV events on one shared port.
 const PODS_AT: [&str; 2] = ["127.0.0.5", "127.0.0.6"];
 
-/// A pod at `ip` publishing KV events on `kv_events_port` and replaying on `kv_replay_port`, with
-/// `num_gpu_blocks` KV blocks of 16 tokens (the profile's default when `None`).
-fn sim_pod(ip: &str, kv_events_port: u16, kv_replay_port: u16, num_gpu_blocks: Option<usize>) -> SimPod {
+/// A pod at `ip` publishing KV events on the first of `kv_ports` and replaying on the second (none without
+/// them), with `num_gpu_blocks` KV blocks of 16 tokens (the profile's default when `None`).
+fn sim_pod(ip: &str, kv_ports: Option<(u16, u16)>, num_gpu_blocks: Option<usize>) -> SimPod {
     let mut options = epp_sim::ServeOptions::new(MODEL);
     options.num_gpu_blocks = num_gpu_blocks;
     options.host = ip.to_string();
@@ -34,8 +34,8 @@ fn sim_pod(ip: &str, kv_events_port: u16, kv_replay_port: u16, num_gpu_blocks: O
     options.port = free_port();
     options.name_prefix = ip.to_string();
     options.time_scale = 20.0;
-    options.kv_events_port = Some(kv_events_port);
-    options.kv_replay_port = Some(kv_replay_port);
+    options.kv_events_port = kv_ports.map(|(events, _)| events);
+    options.kv_replay_port = kv_ports.map(|(_, replay)| replay);
     SimPod::start(options)
 }
 
@@ -73,7 +73,8 @@ async fn served_by(client: &reqwest::Client, url: &str, body: &serde_json::Value
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_prefixes_go_where_the_engines_say_they_are_from_either_epp() {
     let (kv_port, replay_port) = (free_port(), free_port());
-    let pods: Vec<SimPod> = PODS_AT.iter().map(|ip| sim_pod(ip, kv_port, replay_port, None)).collect();
+    let pods: Vec<SimPod> =
+        PODS_AT.iter().map(|ip| sim_pod(ip, Some((kv_port, replay_port)), None)).collect();
     let endpoints = pods.iter().map(|p| p.addr.to_string()).collect::<Vec<_>>().join(",");
     let render = format!("http://{}", pods[0].addr);
     let config = format!("--config-text={}", config(&render, kv_port, replay_port));
@@ -165,7 +166,7 @@ async fn a_prefix_one_engine_evicted_goes_to_the_engine_still_holding_it() {
     let (kv_port, replay_port) = (free_port(), free_port());
     // 100 blocks of 16 tokens: the system prompt takes about a quarter, each flood prompt three quarters.
     let pods: Vec<SimPod> =
-        EVICTING_AT.iter().map(|ip| sim_pod(ip, kv_port, replay_port, Some(100))).collect();
+        EVICTING_AT.iter().map(|ip| sim_pod(ip, Some((kv_port, replay_port)), Some(100))).collect();
     let endpoints = pods.iter().map(|p| p.addr.to_string()).collect::<Vec<_>>().join(",");
     let config =
         format!("--config-text={}", config(&format!("http://{}", pods[0].addr), kv_port, replay_port));
@@ -217,17 +218,7 @@ async fn a_prefix_one_engine_evicted_goes_to_the_engine_still_holding_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_peers_a_second_epp_sends_a_prompt_where_the_first_placed_it() {
     const SILENT_AT: [&str; 2] = ["127.0.0.9", "127.0.0.10"];
-    let pods: Vec<SimPod> = SILENT_AT
-        .iter()
-        .map(|ip| {
-            let mut options = epp_sim::ServeOptions::new(MODEL);
-            options.host = ip.to_string();
-            options.port = free_port();
-            options.name_prefix = ip.to_string();
-            options.time_scale = 20.0;
-            SimPod::start(options)
-        })
-        .collect();
+    let pods: Vec<SimPod> = SILENT_AT.iter().map(|ip| sim_pod(ip, None, None)).collect();
     let endpoints = pods.iter().map(|p| p.addr.to_string()).collect::<Vec<_>>().join(",");
     // Nothing publishes on these ports: the subscribers never connect.
     let (kv_port, replay_port) = (free_port(), free_port());

@@ -100,6 +100,16 @@ impl BlockKeyHasher {
         self.block_size
     }
 
+    /// The configuration as one number (algorithm, block size, seed): two hashers with the same fingerprint
+    /// key every block alike, so replicas can exchange keys ([`super::peers`]).
+    pub fn fingerprint(&self) -> u64 {
+        let mut bytes = [0u8; 17];
+        bytes[0] = self.algorithm as u8;
+        bytes[1..9].copy_from_slice(&(self.block_size as u64).to_le_bytes());
+        bytes[9..].copy_from_slice(&self.seed.to_le_bytes());
+        xxhash_rust::xxh64::xxh64(&bytes, 0)
+    }
+
     /// The parent of a prompt's first block: the seed and the model (or LoRA adapter) name.
     pub fn root(&self, model: &str) -> u64 {
         self.hash(self.seed, &[], Some(model))
@@ -161,6 +171,19 @@ impl BlockKeyHasher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fingerprint_tells_configurations_apart() {
+        let base = BlockKeyHasher::new(HashAlgorithm::Xxh64, 16, "s").fingerprint();
+        assert_eq!(base, BlockKeyHasher::new(HashAlgorithm::Xxh64, 16, "s").fingerprint());
+        for other in [
+            BlockKeyHasher::new(HashAlgorithm::CborFnv, 16, "s"),
+            BlockKeyHasher::new(HashAlgorithm::Xxh64, 32, "s"),
+            BlockKeyHasher::new(HashAlgorithm::Xxh64, 16, "t"),
+        ] {
+            assert_ne!(other.fingerprint(), base, "{other:?}");
+        }
+    }
 
     fn keys(hasher: &BlockKeyHasher, model: &str, tokens: &[u32]) -> Vec<u64> {
         let mut out = Vec::new();

@@ -55,9 +55,7 @@ pub use index::{Applied, EndpointId, KvIndex, PrefixMatch, TierWeights, DEFAULT_
 pub(crate) use local_tokens::tests::word_tokenizer_file as local_tokens_test_file;
 pub use local_tokens::{completions_prompt, LocalTokenizer, LocalTokensError, Prompt};
 pub use peer_link::{bind as bind_peer_socket, spawn_peers, PeerConfig, PeerLink, PeerOutbox, PeerTransport};
-pub use peers::{
-    decode as decode_peer, encode as encode_peer, fingerprint, PeerDatagram, PeerDecodeError, PeerMessage,
-};
+pub use peers::{decode as decode_peer, encode as encode_peer, PeerDatagram, PeerDecodeError, PeerMessage};
 pub use pool::{KvEventPool, PoolConfig, Subscribers};
 pub use pools::KvPools;
 pub use render::{parse_rendered, RenderApi, RenderClient, RenderConfig, RenderError};

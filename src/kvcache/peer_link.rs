@@ -79,8 +79,6 @@ pub struct PeerTransport {
     pub pool: Arc<KvEventPool>,
     pub peers: Vec<String>,
     pub ttl: Duration,
-    /// [`super::peers::fingerprint`] of this replica's block keys.
-    pub fingerprint: u64,
 }
 
 /// Binds `listen` now, so a port in use is a startup error, not a silent gap.
@@ -102,6 +100,8 @@ pub fn spawn_peers(
 
 async fn run(socket: UdpSocket, t: PeerTransport, mut outbox: mpsc::Receiver<PeerMessage>) {
     let origin: u64 = rand::random();
+    // Peers must key blocks as this replica's index does.
+    let fingerprint = super::read_index(t.pool.index()).hasher().fingerprint();
     let stats = t.pool.stats().clone();
     let mut targets = resolve_all(&t.peers).await;
     let mut sources: HashSet<IpAddr> = targets.iter().map(SocketAddr::ip).collect();
@@ -112,7 +112,7 @@ async fn run(socket: UdpSocket, t: PeerTransport, mut outbox: mpsc::Receiver<Pee
         tokio::select! {
             message = outbox.recv() => {
                 let Some(message) = message else { return };
-                encode(&message, t.fingerprint, origin, &mut out);
+                encode(&message, fingerprint, origin, &mut out);
                 for peer in &targets {
                     match socket.send_to(&out, peer).await {
                         Ok(_) => {
@@ -137,7 +137,7 @@ async fn run(socket: UdpSocket, t: PeerTransport, mut outbox: mpsc::Receiver<Pee
                     }
                 };
                 let Some(bytes) = buf.get(..len) else { continue };
-                receive(&t, origin, &sources, bytes, from);
+                receive(&t, (origin, fingerprint), &sources, bytes, from);
             }
             _ = resolve.tick() => {
                 targets = resolve_all(&t.peers).await;
@@ -148,11 +148,13 @@ async fn run(socket: UdpSocket, t: PeerTransport, mut outbox: mpsc::Receiver<Pee
 }
 
 /// Applies one datagram if it is a peer's, for this replica's block keys, and not this replica's own.
-fn receive(t: &PeerTransport, origin: u64, sources: &HashSet<IpAddr>, bytes: &[u8], from: SocketAddr) {
+/// `own` is this replica's instance id and block-key fingerprint.
+fn receive(t: &PeerTransport, own: (u64, u64), sources: &HashSet<IpAddr>, bytes: &[u8], from: SocketAddr) {
+    let (origin, fingerprint) = own;
     let stats = t.pool.stats();
     let datagram = match decode(bytes) {
         Ok(d) if d.origin == origin => return,
-        Ok(d) if sources.contains(&from.ip()) && d.fingerprint == t.fingerprint => d,
+        Ok(d) if sources.contains(&from.ip()) && d.fingerprint == fingerprint => d,
         Ok(_) | Err(_) => {
             stats.peer_dropped.inc();
             return;

@@ -7,17 +7,18 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::kvcache::block_keys::{BlockKeyHasher, HashAlgorithm};
 use crate::kvcache::index::{KvIndex, TierWeights};
-use crate::kvcache::peers::{encode, fingerprint};
+use crate::kvcache::peers::encode;
 use crate::kvcache::{read_index, PoolConfig};
 
-const FINGERPRINT: u64 = 42;
 const TTL: Duration = Duration::from_secs(2);
 
+/// Every replica's block keys.
+fn hasher() -> BlockKeyHasher {
+    BlockKeyHasher::new(HashAlgorithm::Xxh64, 16, "")
+}
+
 fn pool() -> Arc<KvEventPool> {
-    let index = Arc::new(RwLock::new(KvIndex::new(
-        BlockKeyHasher::new(HashAlgorithm::Xxh64, 16, ""),
-        TierWeights::default(),
-    )));
+    let index = Arc::new(RwLock::new(KvIndex::new(hasher(), TierWeights::default())));
     Arc::new(KvEventPool::new(PoolConfig::default(), index, Arc::default()))
 }
 
@@ -41,7 +42,6 @@ fn replica(socket: std::net::UdpSocket, peers: &[SocketAddr]) -> Replica {
         pool: pool.clone(),
         peers: peers.iter().map(ToString::to_string).collect(),
         ttl: TTL,
-        fingerprint: FINGERPRINT,
     };
     let task = spawn_peers(socket, transport, inbox).expect("spawn");
     Replica { pool, outbox, addr, _task: task }
@@ -89,9 +89,9 @@ async fn a_placement_reaches_the_peer_and_strangers_are_dropped() {
     let mut out = Vec::new();
     let message =
         PeerMessage::Placed { dispatch: 3, endpoint: ENDPOINT.parse().expect("address"), keys: vec![31] };
-    encode(&message, fingerprint(0, 64, "other"), 7, &mut out);
+    encode(&message, BlockKeyHasher::new(HashAlgorithm::CborFnv, 64, "other").fingerprint(), 7, &mut out);
     stranger_in_list.send_to(&out, b_addr).expect("send");
-    encode(&message, FINGERPRINT, 7, &mut out);
+    encode(&message, hasher().fingerprint(), 7, &mut out);
     let outsider = std::net::UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
     outsider.send_to(&out, b_addr).expect("send");
     until(|| b.pool.stats().peer_dropped.get() >= 2).await;

@@ -50,7 +50,7 @@ pub enum PeerMessage {
 /// A datagram, decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerDatagram {
-    /// The sender's block-key configuration ([`fingerprint`]).
+    /// The sender's block-key configuration ([`super::BlockKeyHasher::fingerprint`]).
     pub fingerprint: u64,
     /// The sending replica's instance id.
     pub origin: u64,
@@ -71,15 +71,6 @@ pub enum PeerDecodeError {
     Address,
     #[error("{0} bytes after the message")]
     Trailing(usize),
-}
-
-/// The block-key configuration as one number: peers whose keys mean different blocks must not mix them.
-pub fn fingerprint(algorithm: u8, block_size_tokens: usize, hash_seed: &str) -> u64 {
-    let mut bytes = Vec::with_capacity(9 + hash_seed.len());
-    bytes.push(algorithm);
-    bytes.extend_from_slice(&(block_size_tokens as u64).to_le_bytes());
-    bytes.extend_from_slice(hash_seed.as_bytes());
-    xxhash_rust::xxh64::xxh64(&bytes, 0x6570_7073)
 }
 
 /// Writes `message` into `out` (cleared first).
@@ -175,11 +166,10 @@ impl<'a> Reader<'a> {
 /// The id a peer's request is pending under here: never one of this replica's own dispatch ids (those
 /// count up from 0, and the top bit is set here), and distinct per sender.
 fn peer_dispatch(origin: u64, dispatch: u64) -> u64 {
-    // splitmix64's finaliser over the pair: distinct senders' ids do not line up.
-    let mut z = origin ^ dispatch.rotate_left(32) ^ 0x9e37_79b9_7f4a_7c15;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (z ^ (z >> 31)) | 1 << 63
+    let mut pair = [0u8; 16];
+    pair[..8].copy_from_slice(&origin.to_le_bytes());
+    pair[8..].copy_from_slice(&dispatch.to_le_bytes());
+    xxhash_rust::xxh64::xxh64(&pair, 0) | 1 << 63
 }
 
 impl KvEventPool {

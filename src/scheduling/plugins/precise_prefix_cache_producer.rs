@@ -23,9 +23,8 @@ use std::time::{Duration, Instant};
 
 use super::prefix_hash::CHARS_PER_TOKEN;
 use crate::kvcache::{
-    bind_peer_socket, fingerprint, lock_index, read_index, spawn_peers, spawn_pool, BlockKeyHasher,
-    KvEventPool, KvIndex, PeerLink, PeerMessage, PeerOutbox, PeerTransport, PoolTask,
-    PrefixMatch as HeldPrefix,
+    bind_peer_socket, lock_index, read_index, spawn_peers, spawn_pool, BlockKeyHasher, KvEventPool, KvIndex,
+    PeerLink, PeerMessage, PeerOutbox, PeerTransport, PoolTask, PrefixMatch as HeldPrefix,
 };
 use crate::scheduling::{
     BuiltPlugin, Candidate, Completion, DataKey, DataProducer, DispatchInfo, FactoryContext, KvCacheMetrics,
@@ -222,10 +221,7 @@ pub(crate) fn factory(
         let (outbox, inbox) = PeerOutbox::channel(peer_drops);
         producer.peers = Some(outbox);
         if in_runtime {
-            let fingerprint =
-                fingerprint(config.hash_algorithm as u8, config.block_size_tokens, &config.hash_seed);
-            let transport =
-                PeerTransport { pool: pool.clone(), peers: peers.peers.clone(), ttl, fingerprint };
+            let transport = PeerTransport { pool: pool.clone(), peers: peers.peers.clone(), ttl };
             let task = bind_peer_socket(peers.listen)
                 .and_then(|socket| spawn_peers(socket, transport, inbox))
                 .map_err(|e| {

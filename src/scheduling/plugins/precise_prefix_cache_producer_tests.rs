@@ -271,8 +271,7 @@ async fn with_peers_what_one_replica_routes_counts_on_the_other() {
     }
     assert_eq!(matched(&candidates), [4, 0], "A's routing counts on B, on A's target");
     // Pending on B until A's request gets its first token, however long that takes.
-    let later = fixture.request();
-    let mut much_later = later;
+    let mut much_later = fixture.request();
     much_later.token_ids = Some(&tokens);
     much_later.now += Duration::from_secs(30);
     b_reads.prepare(&much_later, &mut candidates);
