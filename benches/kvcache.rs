@@ -221,6 +221,47 @@ fn chat_template(c: &mut Criterion) {
     group.bench_function(format!("smollm2_{tokens}_tokens_tokenizer_whole_text"), |b| {
         b.iter(|| tokenizer.encode(black_box(&text)));
     });
+    // §8's live workload (crates/lab/inputs/workload-live.yaml as epp-bench sends it): a shared system
+    // prompt of ~950 words and a new question of ~200 words drawn from a small vocabulary.
+    let vocabulary =
+        ["the", "model", "server", "token", "cache", "route", "queue", "latency", "prompt", "engine"];
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut words = |n: usize| {
+        let mut text = String::new();
+        for _ in 0..n {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            text.push_str(vocabulary[(state >> 33) as usize % vocabulary.len()]);
+            text.push(' ');
+        }
+        text
+    };
+    let system = format!("System prompt 3: {}", words(950));
+    let mut questions = std::iter::repeat_with(|| {
+        serde_json::json!({"model": "smol", "messages": [
+            {"role": "system", "content": system}, {"role": "user", "content": words(200)}]})
+        .to_string()
+    });
+    let workload_tokens = questions.next().and_then(|body| match template.render(body.as_bytes()) {
+        Ok(epp::kvcache::ChatPrompt::Text(text)) => {
+            tokenizer.encode_rendered(&text).ok().map(|ids| ids.len())
+        }
+        _ => None,
+    });
+    group.bench_function(
+        format!("live_workload_{}_tokens_new_question", workload_tokens.unwrap_or(0)),
+        |b| {
+            b.iter_batched(
+                || questions.next().unwrap_or_default(),
+                |body| match template.render(body.as_bytes()) {
+                    Ok(epp::kvcache::ChatPrompt::Text(text)) => {
+                        tokenizer.encode_rendered(&text).map(|ids| ids.len()).ok()
+                    }
+                    _ => None,
+                },
+                criterion::BatchSize::SmallInput,
+            );
+        },
+    );
     group.finish();
 }
 

@@ -30,7 +30,9 @@
 #          PROFILE_NAME (h100-8b), NUM_GPU_BLOCKS (3000: small enough that prefixes are evicted),
 #          BASE_PORT (21000), OUT_DIR (target/precise-vs-approx), PROFILE (release), TOKENIZER_DIR (unset),
 #          WORKLOAD (crates/lab/inputs/workload-live.yaml), SETUPS (a subset of the setups above, in order),
-#          PRECISE_CONFIG (config/precise-prefix.yaml: the precise and local setups' config)
+#          PRECISE_CONFIG (config/precise-prefix.yaml: the precise and local setups' config),
+#          EPP_CPUS and OTHER_CPUS (unset: CPU lists for taskset, to keep the epps off the cores the
+#          simulators, Envoys and clients share, e.g. EPP_CPUS=1 OTHER_CPUS=0)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -55,6 +57,9 @@ TOKENIZER_DIR=${TOKENIZER_DIR:-}
 WORKLOAD=${WORKLOAD:-crates/lab/inputs/workload-live.yaml}
 PRECISE_CONFIG=${PRECISE_CONFIG:-config/precise-prefix.yaml}
 SIM_TOKENIZER=()
+EPP_PIN=() OTHER_PIN=()
+[ -z "${EPP_CPUS:-}" ] || EPP_PIN=(taskset -c "$EPP_CPUS")
+[ -z "${OTHER_CPUS:-}" ] || OTHER_PIN=(taskset -c "$OTHER_CPUS")
 DEFAULT_SETUPS="approx-1 precise-1 approx-2 precise-2"
 if [ -n "$TOKENIZER_DIR" ]; then
   TOKENIZER_DIR=$(cd "$TOKENIZER_DIR" && pwd)
@@ -69,14 +74,16 @@ for tool in "$BIN_DIR/epp" "$BIN_DIR/epp-sim" "$BIN_DIR/epp-bench" "$ENVOY"; do
 done
 
 mkdir -p "$OUT_DIR"
-rm -f "$OUT_DIR"/*.json "$OUT_DIR"/*.prefix "$OUT_DIR"/*.tokens "$OUT_DIR"/*.log
+rm -f "$OUT_DIR"/*.json "$OUT_DIR"/*.prefix "$OUT_DIR"/*.tokens "$OUT_DIR"/*.log "$OUT_DIR"/*.metrics "$OUT_DIR"/*.cpu
 WORK=$(mktemp -d)
 PIDS=()
+EPP_PIDS=()
 stop_all() {
   local pid
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   PIDS=()
+  EPP_PIDS=()
 }
 trap 'status=$?; stop_all; rm -rf "$WORK"; exit $status' EXIT
 trap 'exit 130' INT
@@ -140,19 +147,29 @@ epp_peer_counters() {
          /^epp_kv_cache_peer_messages_dropped_total / { d += $NF } END { printf "%d %d %d\n", s, r, d }'
 }
 
+# Sums over the epps of a run: CPU seconds (user + system) so far, from /proc.
+epp_cpu_seconds() {
+  local pid ticks=0
+  for pid in "${EPP_PIDS[@]}"; do
+    ticks=$((ticks + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
+  done
+  awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.3f\n", t / hz }'
+}
+
 # Starts epp number $1 (0 or 1) with config file $2 and its Envoy; echoes the Envoy listen port.
 start_epp() {
   local n=$1 config=$2 grpc=$((BASE_PORT + 10 + 10 * $1)) listen=$((BASE_PORT + 80 + $1))
   local endpoints
   endpoints=$(printf "%s:$SIM_PORT," "${IPS[@]}")
-  start "$OUT_DIR/epp-$n.log" "$BIN_DIR/epp" --grpc-port "$grpc" --grpc-health-port $((grpc + 1)) \
+  start "$OUT_DIR/epp-$n.log" ${EPP_PIN[@]+"${EPP_PIN[@]}"} "$BIN_DIR/epp" --grpc-port "$grpc" --grpc-health-port $((grpc + 1)) \
     --metrics-port $((grpc + 2)) --endpoints "${endpoints%,}" --secure-serving=false --pool-name live \
     --refresh-metrics-interval 50ms --log-level warn --config-file "$config"
+  EPP_PIDS+=("${PIDS[-1]}")
   wait_for 127.0.0.1 "$grpc" "$OUT_DIR/epp-$n.log"
   LISTEN_PORT=$listen ADMIN_PORT=$((BASE_PORT + 90 + n)) EXTPROC_PORT=$grpc \
     EXTPROC_TRANSPORT=raw_buffer.v3.RawBuffer scripts/render-envoy-config.sh deploy/envoy/envoy-full-duplex.yaml \
     >"$WORK/envoy-$n.yaml"
-  start "$OUT_DIR/envoy-$n.log" "$ENVOY" -c "$WORK/envoy-$n.yaml" --base-id $((RANDOM % 60000 + 1)) -l warning \
+  start "$OUT_DIR/envoy-$n.log" ${OTHER_PIN[@]+"${OTHER_PIN[@]}"} "$ENVOY" -c "$WORK/envoy-$n.yaml" --base-id $((RANDOM % 60000 + 1)) -l warning \
     --concurrency 1
   wait_for 127.0.0.1 "$listen" "$OUT_DIR/envoy-$n.log"
 }
@@ -160,7 +177,7 @@ start_epp() {
 run() { # round setup
   local round=$1 setup=$2 tag="r$1-$2" ip i
   for ip in "${IPS[@]}"; do
-    start "$OUT_DIR/sim-$tag-$ip.log" env RUST_LOG=warn "$BIN_DIR/epp-sim" --host "$ip" --port "$SIM_PORT" \
+    start "$OUT_DIR/sim-$tag-$ip.log" ${OTHER_PIN[@]+"${OTHER_PIN[@]}"} env RUST_LOG=warn "$BIN_DIR/epp-sim" --host "$ip" --port "$SIM_PORT" \
       --profiles "$PROFILE_NAME" --num-gpu-blocks "$NUM_GPU_BLOCKS" --time-scale "$TIME_SCALE" --seed "$SEED" \
       --model "$MODEL" --kv-events-port "$KV_PORT" --kv-replay-port "$REPLAY_PORT" ${SIM_TOKENIZER[@]+"${SIM_TOKENIZER[@]}"}
   done
@@ -187,7 +204,7 @@ run() { # round setup
   echo "== round $round/$ROUNDS: $setup"
   local benches=()
   for i in 0 1; do
-    "$BIN_DIR/epp-bench" run --url "http://127.0.0.1:${listen[$i]}" --lab-workload "$WORKLOAD" \
+    ${OTHER_PIN[@]+"${OTHER_PIN[@]}"} "$BIN_DIR/epp-bench" run --url "http://127.0.0.1:${listen[$i]}" --lab-workload "$WORKLOAD" \
       --model "$MODEL" --poisson "$(awk -v r="$RATE" -v s="$TIME_SCALE" 'BEGIN { printf "%g", r * s / 2 }')" \
       --duration "$(awk -v d="$DURATION" -v s="$TIME_SCALE" 'BEGIN { printf "%d", d * 1000 / s }')ms" \
       --seed $((SEED * 1000 + round * 10 + i)) --prefix-seed "$SEED" --timeout 300s --max-error-rate 0 --samples \
@@ -200,6 +217,8 @@ run() { # round setup
   fleet_prefix_counters >"$OUT_DIR/$tag.prefix"
   epp_token_counters >"$OUT_DIR/$tag.tokens"
   epp_peer_counters >"$OUT_DIR/$tag.peers"
+  epp_cpu_seconds >"$OUT_DIR/$tag.cpu"
+  for i in 0 1; do curl -sf "http://127.0.0.1:$((BASE_PORT + 12 + 10 * i))/metrics" >"$OUT_DIR/$tag-epp$i.metrics" || true; done
   [[ "$setup" != peers-* ]] || echo "   peer messages sent, applied, dropped: $(cat "$OUT_DIR/$tag.peers")"
   stop_all
 }
@@ -217,10 +236,10 @@ def pct(values, p):
     values = sorted(values)
     return values[max(0, min(len(values) - 1, int(-(-len(values) * p // 100)) - 1))] if values else float("nan")
 
-print("| setup | prefix-cache hit rate | TTFT p90 (ms) | TTFT p50 (ms) | requests | token ids: in process / render / none |")
-print("|---|---:|---:|---:|---:|---:|")
+print("| setup | prefix-cache hit rate | TTFT p90 (ms) | TTFT p50 (ms) | requests | token ids: in process / render / none | epp CPU per request |")
+print("|---|---:|---:|---:|---:|---:|---:|")
 for setup in setups:
-    hit, p90, p50, n, tokens = [], [], [], 0, [0, 0, 0]
+    hit, p90, p50, n, tokens, cpu = [], [], [], 0, [0, 0, 0], 0.0
     for r in range(1, rounds + 1):
         samples = [s for i in (0, 1) for s in json.load(open(f"{out}/r{r}-{setup}-client{i}.json"))["samples"]
                    if "error" not in s and "ttft_ms" in s]
@@ -231,8 +250,9 @@ for setup in setups:
         h, q = map(int, open(f"{out}/r{r}-{setup}.prefix").read().split())
         hit.append(h / max(1, q))
         asked, local, failed = map(int, open(f"{out}/r{r}-{setup}.tokens").read().split())
+        cpu += float(open(f"{out}/r{r}-{setup}.cpu").read())
         tokens = [tokens[0] + local, tokens[1] + asked - local - failed, tokens[2] + failed]
     mean = lambda xs: sum(xs) / len(xs)
     ids = " / ".join(map(str, tokens)) if setup.split("-")[0] != "approx" else "—"
-    print(f"| {setup} | {mean(hit):.3f} | {mean(p90):.0f} | {mean(p50):.0f} | {n} | {ids} |")
+    print(f"| {setup} | {mean(hit):.3f} | {mean(p90):.0f} | {mean(p50):.0f} | {n} | {ids} | {1000 * cpu / max(1, n):.2f} ms |")
 PY

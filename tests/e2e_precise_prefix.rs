@@ -129,6 +129,16 @@ async fn shared_prefixes_go_where_the_engines_say_they_are_from_either_epp() {
         assert_eq!(matched.flatten().is_some_and(|blocks| blocks > 0), expect_match, "{address}: {probe}");
     }
     assert_eq!(probe["pick"]["address"], home_address.as_str(), "{probe}");
+    // Each routed request's tokenization is timed as the producer's PrepareData (as llm-d times its
+    // tokenizer); the probe's is not, as it counts in no other family.
+    let producer = [("extension_point", "PrepareData"), ("plugin_type", "token-producer")];
+    let timed = metric_sum(&first.epp.metrics_text(), "llm_d_epp_plugin_duration_seconds_count", &producer);
+    assert_eq!(
+        timed,
+        Some(metric(&first.epp, "epp_token_producer_requests_total")),
+        "{}",
+        first.epp.metrics_text()
+    );
 
     // A restarted epp has heard no live event since, yet routes the same way: its subscribers replayed
     // the engines' buffers on connecting.

@@ -54,7 +54,7 @@ use crate::health::HealthMonitor;
 use crate::metrics::MetricsRegistry;
 use crate::otel::{RequestTrace, TracedObserver, Tracing};
 use crate::request::{Headers, PolicyStore, TokenEstimator};
-use crate::scheduling::{Observer, Pipeline, SchedulerMetrics, SchedulingRequest};
+use crate::scheduling::{ExtensionPoint, Observer, Pipeline, SchedulerMetrics, SchedulingRequest};
 
 const NO_CANDIDATES: &str = "failed to find endpoint candidates for serving the request";
 
@@ -283,9 +283,17 @@ impl Director {
     }
 
     /// The request's token ids from the pipeline's `token-producer`, when it has one (precise prefix
-    /// matching reads them); outside the scheduling time, as the wait for admission is.
+    /// matching reads them); outside the scheduling time, as the wait for admission is. Timed as the
+    /// producer's `PrepareData` (llm-d runs its tokenizer as a data producer there), so a slow render
+    /// call or tokenizer shows in `plugin_duration_seconds` before it shows in TTFT.
     async fn token_ids(&self, sreq: &SchedulingRequest<'_>) -> Option<Vec<u32>> {
-        self.pipeline.token_producer()?.tokenize(sreq).await
+        let (id, producer) = self.pipeline.token_producer()?;
+        let started = Instant::now();
+        let ids = producer.tokenize(sreq).await;
+        if !sreq.dry_run {
+            self.observer.record(ExtensionPoint::PrepareData, id, started.elapsed().as_secs_f64());
+        }
+        ids
     }
 
     /// The async step: with flow control, waits until the request may be scheduled (its ticket), or

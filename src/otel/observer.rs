@@ -94,6 +94,10 @@ impl Observer for TracedObserver<'_> {
         span.end();
     }
 
+    fn record(&self, point: ExtensionPoint, id: &PluginId, seconds: f64) {
+        self.inner.record(point, id, seconds);
+    }
+
     fn profile(&self, name: &str, f: &mut dyn FnMut()) {
         {
             let mut state = self.lock();

@@ -42,6 +42,10 @@ pub trait Observer: Send + Sync {
     /// Runs `f`, attributing its duration to `id` at `point`.
     fn time(&self, point: ExtensionPoint, id: &PluginId, f: &mut dyn FnMut());
 
+    /// Attributes `seconds` already measured to `id` at `point`: a call the framework awaited (the
+    /// token producer's), which `time` cannot wrap.
+    fn record(&self, _point: ExtensionPoint, _id: &PluginId, _seconds: f64) {}
+
     /// Runs `f`, one run of the scheduling profile `name` (its filters, scorers and picker). A tracing
     /// observer opens a span over it; the others just run it.
     fn profile(&self, _name: &str, f: &mut dyn FnMut()) {
@@ -75,5 +79,9 @@ impl<F: Fn(ExtensionPoint, &PluginId, f64) + Send + Sync> Observer for TimingObs
         let start = Instant::now();
         f();
         (self.sink)(point, id, start.elapsed().as_secs_f64());
+    }
+
+    fn record(&self, point: ExtensionPoint, id: &PluginId, seconds: f64) {
+        (self.sink)(point, id, seconds);
     }
 }

@@ -74,8 +74,8 @@ impl Pipeline {
     }
 
     /// The configured `token-producer`, if any: the director asks it for each request's token ids.
-    pub fn token_producer(&self) -> Option<&Arc<dyn TokenProducer>> {
-        self.plugins.iter().find_map(|p| p.token_producer.as_ref())
+    pub fn token_producer(&self) -> Option<(&PluginId, &Arc<dyn TokenProducer>)> {
+        self.plugins.iter().find_map(|p| p.token_producer.as_ref().map(|t| (&p.id, t)))
     }
 
     /// Looks up a configured plugin by instance name.
