@@ -3,7 +3,7 @@
 import helm_python as helm
 import yaml
 
-from .common import CHECK_DIR
+from .common import CHECK_DIR, ROOT
 
 # Copies the chart ships of the repository's config/ examples (kept byte-identical).
 EXAMPLES = ["default", "weighted-random", "flow-control", "flow-control-autoscaling", "gie-integration",
@@ -21,6 +21,10 @@ schedulingProfiles:
   - pluginRef: queue-scorer
   - pluginRef: random-picker
 """
+
+# The shipped precise config (config/precise-prefix.yaml) with a render URL, for activeActive.
+PRECISE_CONFIG = (ROOT / "config" / "precise-prefix.yaml").read_text() \
+    .replace("http://render:8000", "http://vllm-llama3-8b-instruct:8000")
 
 # `helm upgrade --install epp deploy/helm/epp --set ...` as the upstream chart's README installs a pool,
 # with the GKE predicted-latency guide's switch.
@@ -60,6 +64,14 @@ CASES = {
     "leader election": {"leaderElection": {"enabled": True}, "replicas": 3,
                         "podDisruptionBudget": {"enabled": True, "minAvailable": 2}},
     "upstream replicas": {"inferenceExtension": {"replicas": 3}, "endpoints": ["10.0.0.1:8000"]},
+    # Active-active precise prefix routing: native replicas, and upstream's replicas (no leader election then),
+    # with another peer port and a fullname override.
+    "active-active": {"activeActive": {"enabled": True}, "replicas": 3, "config": {"text": PRECISE_CONFIG},
+                      "strategy": {"type": "RollingUpdate"}},
+    "active-active upstream replicas": {"activeActive": {"enabled": True, "peerPort": 7100},
+                                        "inferenceExtension": {"replicas": 2, "pluginsCustomConfig": {
+                                            "precise.yaml": PRECISE_CONFIG}},
+                                        "fullnameOverride": "picker"},
     "no rbac, own token setting": {"rbac": {"create": False}, "serviceAccount": {"automountServiceAccountToken": True}},
     # The latency predictor: upstream's switch with training settings, upstream's whole block (sidecar keys
     # ignored), off (the default config unchanged), with the routing-only example and a model PVC, and with
@@ -114,6 +126,23 @@ REFUSED = {
     "model dir flag": ({"flags": {"latency-model-dir": "/tmp"}}, "use latencyModels"),
     "bad duration": ({"shutdownGracePeriod": "soon"}, "shutdownGracePeriod"),
     "replicas without leader election": ({"replicas": 2}, "replicas=2 needs leaderElection.enabled"),
+    "active-active without a precise producer": (
+        {"activeActive": {"enabled": True}, "replicas": 2},
+        "activeActive needs the config to have one precise-prefix-cache-producer (it has 0)"),
+    "active-active without speculation": (
+        {"activeActive": {"enabled": True},
+         "config": {"text": PRECISE_CONFIG.replace("speculativeIndexing: true", "speculativeIndexing: false")}},
+        "precise-prefix-cache-producer needs speculativeIndexing: true"),
+    "active-active with peers of its own": (
+        {"activeActive": {"enabled": True}, "config": {"text": PRECISE_CONFIG.replace(
+            "speculativeIndexing: true", "speculativeIndexing: true\n    speculativePeers: {listen: ':1', peers: ['x:1']}")}},
+        "the chart sets the precise-prefix-cache-producer's speculativePeers itself"),
+    "active-active and leader election": (
+        {"activeActive": {"enabled": True}, "leaderElection": {"enabled": True}, "config": {"text": PRECISE_CONFIG}},
+        "activeActive.enabled and leaderElection.enabled"),
+    "active-active on the metrics port": (
+        {"activeActive": {"enabled": True, "peerPort": 9090}, "config": {"text": PRECISE_CONFIG}},
+        "activeActive.peerPort 9090 is one of epp's other ports"),
     "unknown upstream key": ({"inferenceExtension": {"replica": 2}}, "additional properties 'replica'"),
     "metrics TLS without auth": ({"endpoints": ["10.0.0.1:8000"], "metricsTls": {"secretName": "m"}},
                                  "metricsTls.secretName without metrics auth"),

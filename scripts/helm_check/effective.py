@@ -3,7 +3,9 @@ the native values, computed here independently of the templates' helpers."""
 
 import re
 
-from .common import API_CALLS, CHART, PREDICTOR_ENV, runs_predictor
+import yaml
+
+from .common import API_CALLS, CHART, NAMESPACE, PREDICTOR_ENV, RELEASE, runs_predictor
 
 
 def _env_value(value):
@@ -18,7 +20,10 @@ class Effective:
         ie = merged.get("inferenceExtension") or {}
         pool = merged.get("inferencePool") or {}
         self.replicas = ie.get("replicas", merged["replicas"])
-        self.leader_election = merged["leaderElection"]["enabled"] or ie.get("replicas", 1) > 1
+        self.active_active = merged["activeActive"]["enabled"]
+        self.peer_port = merged["activeActive"]["peerPort"]
+        self.leader_election = merged["leaderElection"]["enabled"] or \
+            (ie.get("replicas", 1) > 1 and not self.active_active)
         image = ie.get("image") or {}
         repo = merged["image"]["repository"]
         if image.get("hub") and image.get("name"):
@@ -47,6 +52,15 @@ class Effective:
             example = "predicted-latency-epp"
         self.example = None if self.custom_config else example
         self.config = self.custom_config or (CHART / "configs" / f"{example}.yaml").read_text()
+        # activeActive: the same config with the precise producer's speculativePeers naming the peers Service.
+        self.fullname = merged.get("fullnameOverride") or RELEASE
+        self.config_doc = yaml.safe_load(self.config)
+        if self.active_active:
+            peers = {"listen": f":{self.peer_port}",
+                     "peers": [f"{self.fullname}-peers.{NAMESPACE}.svc:{self.peer_port}"]}
+            for plugin in self.config_doc["plugins"]:
+                if plugin.get("type") == "precise-prefix-cache-producer":
+                    plugin.setdefault("parameters", {})["speculativePeers"] = peers
 
         # The predictor runs when the config has its producer: a model volume and the mapped env then.
         self.predictor = runs_predictor(self.config)

@@ -23,6 +23,8 @@ def check_case(docs, notes, merged, app_version):
     by_kind = {}
     for doc in docs:
         kind = doc["kind"]
+        if kind == "Service" and doc["metadata"]["name"].endswith("-peers"):
+            kind = "Service peers"
         if kind in CLUSTER_SCOPED:
             # Two ClusterRoles (the reviews, the metrics reader), told apart by their names' ends.
             kind = f"{kind} {doc['metadata']['name'].rsplit('-', 1)[-1]}"
@@ -33,6 +35,7 @@ def check_case(docs, notes, merged, app_version):
         by_kind[kind] = doc
     wanted = {"Deployment", "Service", "ConfigMap"}
     wanted |= {"ServiceAccount"} if merged["serviceAccount"]["create"] else set()
+    wanted |= {"Service peers"} if eff.active_active else set()
     wanted |= {"ServiceMonitor"} if eff.service_monitor else set()
     wanted |= {"Role", "RoleBinding"} if eff.rules else set()
     wanted |= {"InferencePool"} if eff.match_labels else set()
@@ -43,9 +46,11 @@ def check_case(docs, notes, merged, app_version):
     expect(set(by_kind) == wanted, f"kinds {sorted(by_kind)} != {sorted(wanted)}")
     deploy = by_kind["Deployment"]
     spec, pod = deploy["spec"], deploy["spec"]["template"]["spec"]
-    expect(spec["replicas"] == eff.replicas and spec["strategy"] == {"type": "Recreate"},
-           f"not replicas {eff.replicas} / Recreate")
-    expect(eff.replicas <= 1 or eff.leader_election, "several replicas without leader election")
+    expect(spec["replicas"] == eff.replicas and spec["strategy"] == merged["strategy"],
+           f"not replicas {eff.replicas} / strategy {merged['strategy']}")
+    expect(eff.replicas <= 1 or eff.leader_election or eff.active_active,
+           "several replicas without leader election or activeActive")
+    expect(not (eff.leader_election and eff.active_active), "leader election with activeActive")
     expect(spec["selector"]["matchLabels"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items(),
            "Deployment selector does not select its pods")
     [container] = pod["containers"]
@@ -57,6 +62,7 @@ def check_case(docs, notes, merged, app_version):
     expect(parse_duration_seconds(args["--shutdown-grace-period"]) < grace,
            "--shutdown-grace-period must end before terminationGracePeriodSeconds")
     check_ports(container, by_kind["Service"], spec, merged, eff)
+    check_peers(container, by_kind.get("Service peers"), spec, eff)
     text = check_config_and_volumes(container, pod, deploy, by_kind["ConfigMap"], merged, eff)
     check_predictor(container, pod, args, text, eff)
     check_tracing(container, args, eff)
@@ -113,7 +119,7 @@ def check_ports(container, svc, spec, merged, eff):
     for probe, service in (("readinessProbe", "readiness"), ("livenessProbe", "liveness")):
         expect(container[probe]["grpc"] == {"port": ports["health"], "service": service}, f"{probe}")
         expect(service in HEALTH_SERVICES, f"epp does not answer health service {service!r}")
-    cports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    cports = {p["name"]: p["containerPort"] for p in container["ports"] if p["name"] != "peers"}
     expect(cports == {"grpc": eff.grpc_port, "grpc-health": ports["health"], "metrics": ports["metrics"]},
            f"container ports {cports}")
     sports = {p["name"]: (p["port"], p["targetPort"]) for p in svc["spec"]["ports"]}
@@ -122,16 +128,36 @@ def check_ports(container, svc, spec, merged, eff):
     expect(svc["spec"]["selector"] == spec["selector"]["matchLabels"], "Service selector != pod selector")
 
 
+def check_peers(container, svc, spec, eff):
+    """activeActive: a UDP container port and a headless Service over every replica, ready or not, whose
+    name the config's speculativePeers resolves."""
+    udp = [p for p in container["ports"] if p["name"] == "peers"]
+    expect(udp == ([{"name": "peers", "containerPort": eff.peer_port, "protocol": "UDP"}] if eff.active_active else []),
+           f"peers container port {udp}")
+    if not eff.active_active:
+        return
+    expect(svc["metadata"]["name"] == f"{eff.fullname}-peers", "peers Service name")
+    expect(svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True,
+           "peers Service is not headless over unready pods too")
+    expect(svc["spec"]["selector"] == spec["selector"]["matchLabels"], "peers Service selector != pod selector")
+    expect(svc["spec"]["ports"] == [{"name": "udp-peers", "port": eff.peer_port, "targetPort": "peers",
+                                     "protocol": "UDP"}], f"peers Service ports {svc['spec']['ports']}")
+
+
 def check_config_and_volumes(container, pod, deploy, cm, merged, eff):
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     expect(mounts["config"]["mountPath"] == "/config" and mounts["config"]["readOnly"], "config mount")
     expect(volumes["config"]["configMap"]["name"] == cm["metadata"]["name"], "config volume -> ConfigMap")
     text = cm["data"]["config.yaml"]
-    expect(text.strip() == eff.config.strip(), "ConfigMap config.yaml is not the chosen config")
+    if eff.active_active:  # parsed and written back by the chart: the same document, not the same text
+        expect(yaml.safe_load(text) == eff.config_doc, "ConfigMap config.yaml is not the chosen config with peers")
+    else:
+        expect(text.strip() == eff.config.strip(), "ConfigMap config.yaml is not the chosen config")
     expect(yaml.safe_load(text)["kind"] == "EndpointPickerConfig", "config is not an EndpointPickerConfig")
     checksum = deploy["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
-    expect(checksum == hashlib.sha256(eff.config.encode()).hexdigest(), "checksum/config is not the config's sha256")
+    config = text.rstrip("\n") if eff.active_active else eff.config
+    expect(checksum == hashlib.sha256(config.encode()).hexdigest(), "checksum/config is not the config's sha256")
     if merged["tls"]["secretName"]:
         expect(mounts["tls"]["mountPath"] == "/etc/epp/tls" and mounts["tls"]["readOnly"], "tls mount")
         expect(volumes["tls"]["secret"]["secretName"] == merged["tls"]["secretName"], "tls Secret")

@@ -58,7 +58,57 @@ The EndpointPickerConfig text: inferenceExtension.pluginsCustomConfig, config.te
 of the chosen example (epp.configExample). An unknown example fails the render with the list of the known
 ones.
 */}}
+{{/*
+The config epp loads: the chosen one (epp.chosenConfigText), with activeActive's speculativePeers added.
+*/}}
 {{- define "epp.configText" -}}
+{{- if .Values.activeActive.enabled }}
+{{- include "epp.activeActiveConfig" (dict "root" . "text" (include "epp.chosenConfigText" .)) }}
+{{- else }}
+{{- include "epp.chosenConfigText" . }}
+{{- end }}
+{{- end }}
+
+{{/* The headless Service the active-active replicas find each other by. */}}
+{{- define "epp.peersServiceName" -}}
+{{- printf "%s-peers" (include "epp.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+activeActive: the config with its precise-prefix-cache-producer's speculativePeers pointed at the peers
+Service (every replica's address, this one's included: a replica ignores its own datagrams). The config
+is parsed and written back, so it loses its comments and its keys come sorted.
+*/}}
+{{- define "epp.activeActiveConfig" -}}
+{{- $root := .root }}
+{{- $config := .text | fromYaml }}
+{{- if hasKey $config "Error" }}
+{{- fail (printf "activeActive: the config is not YAML: %s" $config.Error) }}
+{{- end }}
+{{- $port := int $root.Values.activeActive.peerPort }}
+{{- $peer := printf "%s.%s.svc:%d" (include "epp.peersServiceName" $root) $root.Release.Namespace $port }}
+{{- $found := 0 }}
+{{- range $plugin := $config.plugins | default list }}
+{{- if eq (toString $plugin.type) "precise-prefix-cache-producer" }}
+{{- $found = add1 $found }}
+{{- $params := $plugin.parameters | default dict }}
+{{- if ne (toString $params.speculativeIndexing) "true" }}
+{{- fail "activeActive: the config's precise-prefix-cache-producer needs speculativeIndexing: true (the replicas share their speculative entries)" }}
+{{- end }}
+{{- if hasKey $params "speculativePeers" }}
+{{- fail "activeActive: the chart sets the precise-prefix-cache-producer's speculativePeers itself (to its peers Service); remove it from the config" }}
+{{- end }}
+{{- $_ := set $params "speculativePeers" (dict "listen" (printf ":%d" $port) "peers" (list $peer)) }}
+{{- $_ := set $plugin "parameters" $params }}
+{{- end }}
+{{- end }}
+{{- if ne $found 1 }}
+{{- fail (printf "activeActive needs the config to have one precise-prefix-cache-producer (it has %d): active-active replicas share its speculative entries (docs/precise-prefix.md)" $found) }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
+{{- define "epp.chosenConfigText" -}}
 {{- $ie := include "epp.ie" . | fromYaml }}
 {{- $custom := $ie.pluginsCustomConfig | default dict }}
 {{- $file := $ie.pluginsConfigFile | default (ternary (keys $custom | first) "" (eq (len $custom) 1)) }}
@@ -120,8 +170,17 @@ tracing: tracing.enabled
 {{- if and .Values.tls.secretName (not .Values.secureServing) }}
 {{- fail "tls.secretName is set but secureServing is false: epp would ignore the certificate (set secureServing: true, or drop tls.secretName)" }}
 {{- end }}
-{{- if and (gt (int (include "epp.replicas" .)) 1) (not (include "epp.leaderElection" .)) }}
-{{- fail (printf "replicas=%s needs leaderElection.enabled: true (without it every replica is an independent picker with split state, all of them ready)" (include "epp.replicas" .)) }}
+{{- if and .Values.activeActive.enabled .Values.leaderElection.enabled }}
+{{- fail "activeActive.enabled and leaderElection.enabled: active-active replicas are all ready, leader election makes one ready; pick one" }}
+{{- end }}
+{{- if and (gt (int (include "epp.replicas" .)) 1) (not (include "epp.leaderElection" .)) (not .Values.activeActive.enabled) }}
+{{- fail (printf "replicas=%s needs leaderElection.enabled: true, or activeActive.enabled with precise prefix routing (without either every replica is an independent picker with split state, all of them ready)" (include "epp.replicas" .)) }}
+{{- end }}
+{{- if .Values.activeActive.enabled }}
+{{- $port := int .Values.activeActive.peerPort }}
+{{- if has $port (list (int (include "epp.grpcPort" .)) (int .Values.ports.health) (int .Values.ports.metrics)) }}
+{{- fail (printf "activeActive.peerPort %d is one of epp's other ports (ports.*)" $port) }}
+{{- end }}
 {{- end }}
 {{- include "epp.validatePredictor" . }}
 {{- $managed := include "epp.managedFlags" . | fromYaml }}

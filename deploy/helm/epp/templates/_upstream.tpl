@@ -22,11 +22,12 @@ then lose its own.
 
 {{/*
 Leader election: leaderElection.enabled, or upstream's rule (its chart adds --ha-enable-leader-election
-whenever inferenceExtension.replicas > 1). "true" or "".
+whenever inferenceExtension.replicas > 1) unless the replicas are active-active. "true" or "".
 */}}
 {{- define "epp.leaderElection" -}}
 {{- $ie := include "epp.ie" . | fromYaml }}
-{{- if or .Values.leaderElection.enabled (and (hasKey $ie "replicas") (gt (int $ie.replicas) 1)) }}true{{ end }}
+{{- $upstreamRule := and (hasKey $ie "replicas") (gt (int $ie.replicas) 1) (not .Values.activeActive.enabled) }}
+{{- if or .Values.leaderElection.enabled $upstreamRule }}true{{ end }}
 {{- end }}
 
 {{/* The image: inferenceExtension.image as hub/name (GIE) or registry/repository (llm-d), else image.*. */}}
