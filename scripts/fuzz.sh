@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 FUZZ_RUNS=${FUZZ_RUNS:-10000000}
-FUZZ_TARGETS=${FUZZ_TARGETS:-"metrics_text openai_request sse_usage config_loader extproc_stream kv_events chat_template peer_datagram"}
+FUZZ_TARGETS=${FUZZ_TARGETS:-"metrics_text openai_request sse_usage config_loader extproc_stream kv_events chat_template peer_datagram byte_words"}
 FUZZ_MAX_LEN=${FUZZ_MAX_LEN:-8192}
 FUZZ_DIR=crates/fuzz/libfuzzer
 LOG_DIR=${LOG_DIR:-target/fuzz-logs}

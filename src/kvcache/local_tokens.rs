@@ -61,6 +61,12 @@ impl LocalTokenizer {
         self.segments.is_some()
     }
 
+    /// Whether, within a piece, each split's ids are remembered too, past the library's per-character
+    /// pipeline ([`super::byte_words`]: byte-level BPE tokenizers).
+    pub fn remembers_words(&self) -> bool {
+        self.segments.as_ref().is_some_and(|s| s.remembers_words())
+    }
+
     /// The token ids of `text`, with the tokenizer's special tokens (a BOS where the model has one).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
         encode_ids(&self.tokenizer, text, true).map_err(LocalTokensError::Encode)

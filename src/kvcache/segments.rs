@@ -20,6 +20,8 @@ use std::sync::{Arc, RwLock};
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
+use super::byte_words::ByteWords;
+
 /// Pieces shorter than this are tokenized every time: cheaper than remembering them.
 const MIN_CACHED_BYTES: usize = 64;
 /// The remembered ids, in all; past it the memory is cleared and refilled (a shared prompt comes back at
@@ -29,6 +31,8 @@ const MAX_CACHED_IDS: usize = 4 << 20;
 /// The added tokens a text is split at, and the pieces already tokenized.
 pub(super) struct Segmenter {
     splitter: AhoCorasick,
+    /// A piece's splits remembered word by word, where that is exact ([`super::byte_words`]).
+    words: Option<ByteWords>,
     /// The id of each of `splitter`'s patterns.
     ids: Vec<u32>,
     pieces: RwLock<Pieces>,
@@ -73,8 +77,12 @@ impl Segmenter {
             .match_kind(MatchKind::LeftmostLongest)
             .build(added.iter().map(|(content, _)| content))
             .ok()?;
-        let segmenter =
-            Self { splitter, ids: added.iter().map(|(_, id)| *id).collect(), pieces: RwLock::default() };
+        let segmenter = Self {
+            splitter,
+            words: ByteWords::for_tokenizer(tokenizer),
+            ids: added.iter().map(|(_, id)| *id).collect(),
+            pieces: RwLock::default(),
+        };
         segmenter.agrees_with(tokenizer, &added).then_some(segmenter)
     }
 
@@ -101,8 +109,7 @@ impl Segmenter {
             return Ok(());
         }
         if piece.len() < MIN_CACHED_BYTES {
-            ids.extend(encode_ids(tokenizer, piece, false)?);
-            return Ok(());
+            return self.encode_new(tokenizer, piece, ids);
         }
         let hash = xxhash_rust::xxh64::xxh64(piece.as_bytes(), 0);
         let known =
@@ -111,8 +118,9 @@ impl Segmenter {
             ids.extend_from_slice(&cached);
             return Ok(());
         }
-        let encoded: Arc<[u32]> = encode_ids(tokenizer, piece, false)?.into();
-        ids.extend_from_slice(&encoded);
+        let start = ids.len();
+        self.encode_new(tokenizer, piece, ids)?;
+        let encoded: Arc<[u32]> = ids[start..].into();
         let mut pieces = self.pieces.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         if pieces.ids + encoded.len() > MAX_CACHED_IDS {
             *pieces = Pieces::default();
@@ -120,6 +128,27 @@ impl Segmenter {
         pieces.ids += encoded.len();
         pieces.by_hash.insert(hash, (piece.len(), encoded));
         Ok(())
+    }
+
+    /// Appends the ids of a piece not remembered whole.
+    fn encode_new(
+        &self,
+        tokenizer: &tokenizers::Tokenizer,
+        piece: &str,
+        ids: &mut Vec<u32>,
+    ) -> Result<(), String> {
+        match &self.words {
+            Some(words) => words.encode(tokenizer, piece, ids),
+            None => {
+                ids.extend(encode_ids(tokenizer, piece, false)?);
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether the pieces' splits are remembered word by word ([`super::byte_words`]).
+    pub(super) fn remembers_words(&self) -> bool {
+        self.words.is_some()
     }
 
     /// Whether a probe holding two of the added tokens, spaces and new lines around them, and a piece long

@@ -320,12 +320,14 @@ pub(crate) async fn in_process_chat_tokens_are_vllms(fleet: &VllmFleet, client: 
     let template = epp::kvcache::ChatTemplate::load(&model.join("tokenizer_config.json"), None)
         .expect("the model's chat template loads");
     assert!(tokenizer.remembers_pieces(), "SmolLM2's byte-level BPE splits exactly at its special tokens");
+    assert!(tokenizer.remembers_words(), "SmolLM2's pieces are split and remembered word by word");
     let long = "Summarise this, please. ".repeat(200);
     let chats = [
         json!({"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello, world!"}]}),
         json!({"messages": [{"role": "user", "content": "  leading spaces, émojis 🍜 and ünïcödé\n\tnew lines"},
             {"role": "assistant", "content": "Noted."}, {"role": "user", "content": long}]}),
         json!({"messages": [{"role": "user", "content": "no generation prompt"}], "add_generation_prompt": false}),
+        json!({"messages": [{"role": "user", "content": "It's 2026-12-07; we've 3,141 items -- DON'T\r\n   x=y+1  \n\n\u{a0}l'été 中文   "}]}),
         json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "two"}, {"type": "text", "text": "parts"}]}]}),
         json!({"messages": [{"role": "user", "content": "named", "name": "ann"}], "temperature": 0.5, "stream": true}),
     ];

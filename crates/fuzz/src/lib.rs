@@ -1,7 +1,7 @@
 //! Fuzz targets for every surface of epp that reads bytes it does not control: the `/metrics` pages of
 //! model servers, OpenAI request bodies, response bodies (SSE and JSON `usage`), configuration files,
 //! Envoy's ext_proc message sequences, the engines' KV-cache events, chat bodies rendered by a chat template,
-//! and the datagrams epp replicas send each other.
+//! the datagrams epp replicas send each other, and chat text tokenized in process.
 //!
 //! Each target is one function over `&[u8]` that must never panic and checks the invariants its surface
 //! promises (an `assert!` that fails is a finding, like a crash). The same functions run in two places:
@@ -9,6 +9,7 @@
 //! - `cargo test`, which replays every input of the checked-in corpora (`crates/fuzz/corpus/<target>/`)
 //!   plus the seeds of [`seeds`], so what a fuzzing campaign found stays covered on stable in `make test`.
 
+pub mod byte_words;
 pub mod chat_template;
 pub mod config_loader;
 pub mod extproc_stream;
@@ -33,4 +34,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("kv_events", kv_events::run),
     ("chat_template", chat_template::run),
     ("peer_datagram", peer_datagram::run),
+    ("byte_words", byte_words::run),
 ];

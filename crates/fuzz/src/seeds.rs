@@ -36,8 +36,20 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "kv_events" => kv_events(),
         "chat_template" => chat_template(),
         "peer_datagram" => peer_datagram(),
+        "byte_words" => byte_words(),
         _ => Vec::new(),
     }
+}
+
+/// Chat-like texts for both pre-tokenizers (the first byte picks): contractions, digits, runs of spaces
+/// before words and line ends, an added token, accented, CJK and emoji text.
+fn byte_words() -> Vec<Vec<u8>> {
+    let texts = [
+        "Hello, world! It's 2026; we've 3,141 items.",
+        "<|im_end|>\nsystem\n  You are terse.  \n\n<|im_end|>user\n caf\u{e9} \u{4e2d}\u{6587} \u{1f35c}\t x=y+1 \r\n",
+        "DON'T   stop 'til 12345 the   thing  \n",
+    ];
+    texts.iter().flat_map(|t| [0u8, 1].map(|pick| [&[pick][..], t.as_bytes()].concat())).collect()
 }
 
 /// A placement (IPv4 and IPv6) and a first-token message.

@@ -73,6 +73,11 @@ fn peer_datagram_corpus() {
 }
 
 #[test]
+fn byte_words_corpus() {
+    replay("byte_words");
+}
+
+#[test]
 fn every_target_has_a_corpus_and_a_replay_test() {
     let this = include_str!("replay.rs");
     for (target, _) in epp_fuzz::TARGETS {
