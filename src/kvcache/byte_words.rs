@@ -25,8 +25,8 @@ use tokenizers::Model;
 
 /// GPT-2's split, as the `ByteLevel` pre-tokenizer writes it when `use_regex` is on.
 const GPT2_SPLIT: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
-/// Splits longer than this are not remembered (long runs of spaces or digits-free symbols are rare and
-/// would fill the memory).
+/// Splits longer than this are not remembered (long runs of spaces or of symbols are rare, and would
+/// fill the memory).
 const MAX_REMEMBERED_BYTES: usize = 48;
 /// Remembered splits, in all; past it the memory is cleared and refilled.
 const MAX_REMEMBERED: usize = 1 << 17;
