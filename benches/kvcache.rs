@@ -165,8 +165,25 @@ fn local_tokenizer(c: &mut Criterion) {
     for repeats in [100, 585] {
         let text = sentence.repeat(repeats);
         let tokens = tokenizer.encode(&text).map_or(0, |ids| ids.len());
+        // The same prompt every time: remembered whole after the first (src/kvcache/segments.rs).
         group.bench_function(format!("smollm2_{tokens}_tokens"), |b| {
             b.iter(|| tokenizer.encode(black_box(&text)));
+        });
+        // A new prompt every time (its words seen before): what a stream of distinct prompts costs.
+        let mut counter = 0u64;
+        group.bench_function(format!("smollm2_{tokens}_tokens_new_prompt"), |b| {
+            b.iter_batched(
+                || {
+                    counter += 1;
+                    format!("Prompt {counter}: {text}")
+                },
+                |prompt| tokenizer.encode(&prompt),
+                criterion::BatchSize::SmallInput,
+            );
+        });
+        // The library's whole pipeline, as an engine (and epp before 2026-12-07) tokenizes.
+        group.bench_function(format!("smollm2_{tokens}_tokens_library"), |b| {
+            b.iter(|| tokenizer.encode_whole(black_box(&text)));
         });
     }
     group.finish();

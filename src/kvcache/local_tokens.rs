@@ -20,6 +20,16 @@ pub struct LocalTokenizer {
     tokenizer: Arc<tokenizers::Tokenizer>,
     /// Rendered chat prompts piece by piece, pieces remembered; `None` where that would not be exact.
     segments: Option<Arc<Segmenter>>,
+    /// What the post-processor puts around a text's ids when special tokens are added, where the
+    /// segmenter remembers words: a completions prompt is then those and the segmenter's ids.
+    specials: Option<Arc<Specials>>,
+}
+
+/// The ids a tokenizer's post-processor adds before and after a single text's own (a BOS, say).
+#[derive(Debug, PartialEq, Eq)]
+struct Specials {
+    before: Vec<u32>,
+    after: Vec<u32>,
 }
 
 impl std::fmt::Debug for LocalTokenizer {
@@ -52,7 +62,9 @@ impl LocalTokenizer {
             message: e.to_string(),
         })?;
         let segments = Segmenter::for_tokenizer(&tokenizer).map(Arc::new);
-        Ok(Self { tokenizer: Arc::new(tokenizer), segments })
+        let specials =
+            segments.as_ref().filter(|s| s.remembers_words()).and_then(|s| specials(&tokenizer, s));
+        Ok(Self { tokenizer: Arc::new(tokenizer), segments, specials: specials.map(Arc::new) })
     }
 
     /// Whether rendered prompts are tokenized piece by piece with the pieces remembered
@@ -69,6 +81,18 @@ impl LocalTokenizer {
 
     /// The token ids of `text`, with the tokenizer's special tokens (a BOS where the model has one).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
+        if let (Some(segments), Some(specials)) = (&self.segments, &self.specials) {
+            let mut ids = specials.before.clone();
+            ids.extend(segments.encode(&self.tokenizer, text).map_err(LocalTokensError::Encode)?);
+            ids.extend_from_slice(&specials.after);
+            return Ok(ids);
+        }
+        self.encode_whole(text)
+    }
+
+    /// [`Self::encode`] through the library's whole pipeline every time, as an engine tokenizes a prompt
+    /// (the simulator stands in for one).
+    pub fn encode_whole(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
         encode_ids(&self.tokenizer, text, true).map_err(LocalTokensError::Encode)
     }
 
@@ -86,6 +110,23 @@ impl LocalTokenizer {
     pub fn encode_rendered_whole(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
         encode_ids(&self.tokenizer, text, false).map_err(LocalTokensError::Encode)
     }
+}
+
+/// What the post-processor adds around a text, read off two probes encoded with and without special
+/// tokens; `None` unless both show the text's own ids whole between the same ids.
+fn specials(tokenizer: &tokenizers::Tokenizer, segments: &Segmenter) -> Option<Specials> {
+    let mut found: Option<Specials> = None;
+    for probe in ["Hello, world! It's 2026.", "  two\n\nlines \u{1f35c} 12345 "] {
+        let with = encode_ids(tokenizer, probe, true).ok()?;
+        let own = segments.encode(tokenizer, probe).ok()?;
+        let at = (0..=with.len().checked_sub(own.len())?).find(|&at| with[at..at + own.len()] == own[..])?;
+        let these = Specials { before: with[..at].to_vec(), after: with[at + own.len()..].to_vec() };
+        if found.as_ref().is_some_and(|f| *f != these) {
+            return None;
+        }
+        found = Some(these);
+    }
+    found
 }
 
 /// The prompt of a completions request that can be tokenized here: a string (the first of a list), or
@@ -155,6 +196,31 @@ pub(crate) mod tests {
         let file = tempfile::NamedTempFile::new().expect("temp file");
         std::fs::write(file.path(), json).expect("write");
         file
+    }
+
+    /// A byte-level tokenizer that remembers words: a completions prompt's ids are the post-processor's
+    /// (a BOS in the Llama 3 shaped fixture, nothing in the GPT-2 shaped one) around the segmenter's, the
+    /// same as the library's whole pipeline gives.
+    #[test]
+    fn completions_prompts_through_remembered_words_are_the_librarys_ids() {
+        for (fixture, bos) in [("gpt2", None), ("llama3", Some(262))] {
+            let path = format!(
+                "{}/tests/fixtures/byte-level-bpe-{fixture}.tokenizer.json",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let tokenizer = LocalTokenizer::load(Path::new(&path)).expect("loads");
+            assert!(tokenizer.remembers_words() && tokenizer.specials.is_some(), "{fixture}");
+            for text in ["", "the thing", "  It's 12345 caf\u{e9}\n\n  x <|im_end|> in  ", "\u{1f35c}\r\n"] {
+                let whole = tokenizer.encode_whole(text).expect("encodes");
+                assert_eq!(tokenizer.encode(text).expect("encodes"), whole, "{fixture}: {text:?}");
+                assert_eq!(
+                    tokenizer.encode(text).expect("encodes"),
+                    whole,
+                    "{fixture}, remembered: {text:?}"
+                );
+                assert_eq!(whole.first().copied().filter(|_| bos.is_some()), bos, "{fixture}: {text:?}");
+            }
+        }
     }
 
     #[test]

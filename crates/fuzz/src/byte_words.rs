@@ -4,7 +4,8 @@
 //! user's, so any bytes.
 //!
 //! Invariant beyond "no panic": the ids are the library's, the first time and from memory, for a GPT-2
-//! shaped pre-tokenizer and a Llama 3 shaped one (the input's first byte picks). The tokenizers are small
+//! shaped pre-tokenizer and a Llama 3 shaped one (the input's first byte picks); and so are a completions
+//! prompt's, the post-processor's special tokens (the Llama 3 shaped one's BOS) around them. The tokenizers are small
 //! (every byte a token, a few merges, one added token), so the splits and their edges are what is
 //! exercised, with the library's own BPE behind them.
 
@@ -28,9 +29,12 @@ pub fn run(data: &[u8]) {
     };
     let text = String::from_utf8_lossy(text);
     let whole = tokenizer.encode_rendered_whole(&text).map_err(|e| e.to_string());
+    let prompt = tokenizer.encode_whole(&text).map_err(|e| e.to_string());
     for round in 0..2 {
         let here = tokenizer.encode_rendered(&text).map_err(|e| e.to_string());
         assert_eq!(here, whole, "round {round}: {text:?}");
+        let here = tokenizer.encode(&text).map_err(|e| e.to_string());
+        assert_eq!(here, prompt, "round {round}, as a completions prompt: {text:?}");
     }
 }
 

@@ -3,7 +3,9 @@
 //! ids a real vLLM would compute for the same request, so an epp that tokenizes in process
 //! (`token-producer`'s `tokenizerFile` and `tokenizerConfigFile`) matches the blocks this replica announces
 //! in its KV events without asking its render endpoint. It uses epp's own template and tokenizer code,
-//! which `make test-vllm` checks against real vLLM. Without it, the stand-in tokenizer of
+//! which `make test-vllm` checks against real vLLM, but through the library's whole pipeline every time
+//! (`encode_whole`, `encode_rendered_whole`), as an engine tokenizes: epp's remembered pieces and words
+//! must then give the same blocks. Without it, the stand-in tokenizer of
 //! [`super::engine::tokenize`] (one token per 4 bytes of the request's JSON) is used, as before.
 
 use std::path::{Path, PathBuf};
@@ -52,7 +54,7 @@ impl ModelTokenizer {
                 Ok(ChatPrompt::NeedsRender(_)) | Err(_) => None,
             },
             _ => match completions_prompt(parsed, body)? {
-                Prompt::Text(text) => self.tokenizer.encode(&text).ok(),
+                Prompt::Text(text) => self.tokenizer.encode_whole(&text).ok(),
                 Prompt::TokenIds(ids) => Some(ids),
             },
         }
