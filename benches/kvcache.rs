@@ -242,12 +242,11 @@ fn chat_template(c: &mut Criterion) {
     // prompt of ~950 words and a new question of ~200 words drawn from a small vocabulary.
     let vocabulary =
         ["the", "model", "server", "token", "cache", "route", "queue", "latency", "prompt", "engine"];
-    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(7);
     let mut words = |n: usize| {
         let mut text = String::new();
         for _ in 0..n {
-            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            text.push_str(vocabulary[(state >> 33) as usize % vocabulary.len()]);
+            text.push_str(vocabulary[rand::Rng::random_range(&mut rng, 0..vocabulary.len())]);
             text.push(' ');
         }
         text

@@ -49,19 +49,10 @@ fn texts() -> impl Iterator<Item = String> {
         "x=y",
         "\u{a0}",
     ];
-    let mut state = 0x2545_F491_4F6C_DD1D_u64;
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(7);
     (0..400).map(move |_| {
-        let mut text = String::new();
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        for _ in 0..(state % 24) {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            text.push_str(alphabet[(state % alphabet.len() as u64) as usize]);
-        }
-        text
+        let words = rand::Rng::random_range(&mut rng, 0..24);
+        (0..words).map(|_| alphabet[rand::Rng::random_range(&mut rng, 0..alphabet.len())]).collect()
     })
 }
 
