@@ -23,6 +23,8 @@ use std::sync::RwLock;
 use tokenizers::utils::SysRegex;
 use tokenizers::Model;
 
+use super::budget::{Budget, Stop};
+
 /// GPT-2's split, as the `ByteLevel` pre-tokenizer writes it when `use_regex` is on.
 const GPT2_SPLIT: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 /// Splits longer than this are not remembered (long runs of spaces or of symbols are rare, and would
@@ -64,26 +66,30 @@ impl ByteWords {
         encoder.agrees_with(tokenizer).then_some(encoder)
     }
 
-    /// Appends the ids of `piece` (a text holding no added token) to `ids`.
+    /// Appends the ids of `piece` (a text holding no added token) to `ids`, each split not remembered
+    /// paid for from `budget`.
     pub(super) fn encode(
         &self,
         tokenizer: &tokenizers::Tokenizer,
         piece: &str,
         ids: &mut Vec<u32>,
-    ) -> Result<(), String> {
+        budget: &mut Budget,
+    ) -> Result<(), Stop> {
         let mut learned: Vec<(std::ops::Range<usize>, Box<[u32]>)> = Vec::new();
         {
             let words = self.words.read().unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut mapped = String::new();
-            let mut word = |range: std::ops::Range<usize>| -> Result<(), String> {
+            let mut word = |range: std::ops::Range<usize>| -> Result<(), Stop> {
                 let text = &piece[range.clone()];
                 if let Some(known) = words.get(text) {
                     ids.extend_from_slice(known);
                     return Ok(());
                 }
+                budget.spend(text.len())?;
                 mapped.clear();
                 mapped.extend(text.bytes().map(|b| self.chars[usize::from(b)]));
-                let tokens = tokenizer.get_model().tokenize(&mapped).map_err(|e| e.to_string())?;
+                let tokens =
+                    tokenizer.get_model().tokenize(&mapped).map_err(|e| Stop::Failed(e.to_string()))?;
                 let start = ids.len();
                 ids.extend(tokens.iter().map(|token| token.id));
                 if text.len() <= MAX_REMEMBERED_BYTES {
@@ -125,7 +131,7 @@ impl ByteWords {
         let whole = tokenizer.encode(probe, false).map(|encoding| encoding.get_ids().to_vec());
         let here = |_| {
             let mut ids = Vec::new();
-            self.encode(tokenizer, probe, &mut ids).map(|()| ids)
+            self.encode(tokenizer, probe, &mut ids, &mut Budget::unbounded()).map(|()| ids)
         };
         let agrees = [0, 1].map(here).iter().all(|ids| matches!((&whole, ids), (Ok(a), Ok(b)) if a == b));
         self.words.write().unwrap_or_else(std::sync::PoisonError::into_inner).clear();

@@ -11,6 +11,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::budget::{Budget, Stop};
 use super::segments::{encode_ids, Segmenter};
 use crate::request::{ApiKind, ParsedRequest};
 
@@ -90,6 +91,19 @@ impl LocalTokenizer {
         self.encode_whole(text)
     }
 
+    /// [`Self::encode`] if at most `model_bytes` of the text (each call to the model charged 64 bytes
+    /// more) are not remembered; `None` if more are, or if this tokenizer remembers nothing, and the
+    /// caller encodes it off the async workers. Bounds the work done in place.
+    pub fn encode_remembered(
+        &self,
+        text: &str,
+        model_bytes: usize,
+    ) -> Option<Result<Vec<u32>, LocalTokensError>> {
+        let (segments, specials) = (self.segments.as_ref()?, self.specials.as_ref()?);
+        let own = within(segments.encode_within(&self.tokenizer, text, &mut Budget::bytes(model_bytes)))?;
+        Some(own.map(|own| [&specials.before[..], &own, &specials.after].concat()))
+    }
+
     /// [`Self::encode`] through the library's whole pipeline every time, as an engine tokenizes a prompt
     /// (the simulator stands in for one).
     pub fn encode_whole(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
@@ -105,10 +119,29 @@ impl LocalTokenizer {
         self.encode_rendered_whole(text)
     }
 
+    /// [`Self::encode_rendered`] bounded as [`Self::encode_remembered`] is.
+    pub fn encode_rendered_remembered(
+        &self,
+        text: &str,
+        model_bytes: usize,
+    ) -> Option<Result<Vec<u32>, LocalTokensError>> {
+        let segments = self.segments.as_ref()?;
+        within(segments.encode_within(&self.tokenizer, text, &mut Budget::bytes(model_bytes)))
+    }
+
     /// [`Self::encode_rendered`] without remembered pieces: the whole text every time, as an engine
     /// tokenizes it (the simulator stands in for one).
     pub fn encode_rendered_whole(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
         encode_ids(&self.tokenizer, text, false).map_err(LocalTokensError::Encode)
+    }
+}
+
+/// A bounded encode's ids or error; `None` where it ran over its budget.
+fn within(encoded: Result<Vec<u32>, Stop>) -> Option<Result<Vec<u32>, LocalTokensError>> {
+    match encoded {
+        Ok(ids) => Some(Ok(ids)),
+        Err(Stop::Failed(message)) => Some(Err(LocalTokensError::Encode(message))),
+        Err(Stop::OverBudget) => None,
     }
 }
 
@@ -221,6 +254,36 @@ pub(crate) mod tests {
                 assert_eq!(whole.first().copied().filter(|_| bos.is_some()), bos, "{fixture}: {text:?}");
             }
         }
+    }
+
+    /// A bounded encode does at most its budget's work: new text over it is refused (the caller then
+    /// encodes off the async workers); remembered text costs nothing and gives the same ids.
+    #[test]
+    fn bounded_encodes_refuse_new_text_over_budget_and_take_remembered_text_for_free() {
+        for fixture in ["gpt2", "llama3"] {
+            let path = format!(
+                "{}/tests/fixtures/byte-level-bpe-{fixture}.tokenizer.json",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let tokenizer = LocalTokenizer::load(Path::new(&path)).expect("loads");
+            let text = "A system prompt every request shares, long enough to be remembered. ".repeat(4);
+            assert!(tokenizer.encode_remembered(&text, 256).is_none(), "{fixture}: new text, over budget");
+            assert!(tokenizer.encode_rendered_remembered(&text, 256).is_none(), "{fixture}: rendered");
+            let whole = tokenizer.encode_whole(&text).expect("encodes");
+            let bounded = |text: &str, budget| tokenizer.encode_remembered(text, budget).and_then(Result::ok);
+            assert_eq!(bounded(&text, 1 << 20).as_ref(), Some(&whole), "{fixture}: within a large budget");
+            assert_eq!(bounded(&text, 0).as_ref(), Some(&whole), "{fixture}: remembered, for free");
+            let rendered = tokenizer.encode_rendered_whole(&text).expect("encodes");
+            let rendered_bounded = tokenizer.encode_rendered_remembered(&text, 0).and_then(Result::ok);
+            assert_eq!(rendered_bounded, Some(rendered), "{fixture}: rendered, remembered");
+            let longer = format!("{text}zebra");
+            let longer_whole = tokenizer.encode_whole(&longer).expect("encodes");
+            assert_eq!(bounded(&longer, 128), Some(longer_whole), "{fixture}: one new word, within budget");
+        }
+        let plain = word_tokenizer_file();
+        let remembers_nothing = LocalTokenizer::load(plain.path()).expect("loads");
+        assert!(remembers_nothing.encode_remembered("hello world", 1 << 20).is_none());
+        assert!(remembers_nothing.encode_rendered_remembered("hello world", 1 << 20).is_none());
     }
 
     #[test]

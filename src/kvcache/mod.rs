@@ -20,6 +20,7 @@
 //! (`scheduling::plugins`).
 
 mod block_keys;
+mod budget;
 mod byte_words;
 mod central;
 mod chat_json;

@@ -20,6 +20,7 @@ use std::sync::{Arc, RwLock};
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
+use super::budget::{Budget, Stop};
 use super::byte_words::ByteWords;
 
 /// Pieces shorter than this are tokenized every time: cheaper than remembering them.
@@ -88,14 +89,28 @@ impl Segmenter {
 
     /// The ids of `text` (no special tokens added), piece by piece.
     pub(super) fn encode(&self, tokenizer: &tokenizers::Tokenizer, text: &str) -> Result<Vec<u32>, String> {
+        self.encode_within(tokenizer, text, &mut Budget::unbounded()).map_err(|stop| match stop {
+            Stop::Failed(message) => message,
+            Stop::OverBudget => "an unbounded encode ran over its budget".to_string(),
+        })
+    }
+
+    /// [`Self::encode`], the text the model is given paid for from `budget`: a bounded encode stops
+    /// as soon as what is not remembered costs more (its new pieces and words are then not remembered).
+    pub(super) fn encode_within(
+        &self,
+        tokenizer: &tokenizers::Tokenizer,
+        text: &str,
+        budget: &mut Budget,
+    ) -> Result<Vec<u32>, Stop> {
         let mut ids = Vec::new();
         let mut at = 0;
         for found in self.splitter.find_iter(text) {
-            self.encode_piece(tokenizer, &text[at..found.start()], &mut ids)?;
+            self.encode_piece(tokenizer, &text[at..found.start()], &mut ids, budget)?;
             ids.push(self.ids[found.pattern().as_usize()]);
             at = found.end();
         }
-        self.encode_piece(tokenizer, &text[at..], &mut ids)?;
+        self.encode_piece(tokenizer, &text[at..], &mut ids, budget)?;
         Ok(ids)
     }
 
@@ -104,12 +119,13 @@ impl Segmenter {
         tokenizer: &tokenizers::Tokenizer,
         piece: &str,
         ids: &mut Vec<u32>,
-    ) -> Result<(), String> {
+        budget: &mut Budget,
+    ) -> Result<(), Stop> {
         if piece.is_empty() {
             return Ok(());
         }
         if piece.len() < MIN_CACHED_BYTES {
-            return self.encode_new(tokenizer, piece, ids);
+            return self.encode_new(tokenizer, piece, ids, budget);
         }
         let hash = xxhash_rust::xxh64::xxh64(piece.as_bytes(), 0);
         let known =
@@ -119,7 +135,7 @@ impl Segmenter {
             return Ok(());
         }
         let start = ids.len();
-        self.encode_new(tokenizer, piece, ids)?;
+        self.encode_new(tokenizer, piece, ids, budget)?;
         let encoded: Arc<[u32]> = ids[start..].into();
         let mut pieces = self.pieces.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         if pieces.ids + encoded.len() > MAX_CACHED_IDS {
@@ -136,11 +152,13 @@ impl Segmenter {
         tokenizer: &tokenizers::Tokenizer,
         piece: &str,
         ids: &mut Vec<u32>,
-    ) -> Result<(), String> {
+        budget: &mut Budget,
+    ) -> Result<(), Stop> {
         match &self.words {
-            Some(words) => words.encode(tokenizer, piece, ids),
+            Some(words) => words.encode(tokenizer, piece, ids, budget),
             None => {
-                ids.extend(encode_ids(tokenizer, piece, false)?);
+                budget.spend(piece.len())?;
+                ids.extend(encode_ids(tokenizer, piece, false).map_err(Stop::Failed)?);
                 Ok(())
             }
         }

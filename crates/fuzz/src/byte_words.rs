@@ -4,10 +4,11 @@
 //! user's, so any bytes.
 //!
 //! Invariant beyond "no panic": the ids are the library's, the first time and from memory, for a GPT-2
-//! shaped pre-tokenizer and a Llama 3 shaped one (the input's first byte picks); and so are a completions
-//! prompt's, the post-processor's special tokens (the Llama 3 shaped one's BOS) around them. The tokenizers are small
-//! (every byte a token, a few merges, one added token), so the splits and their edges are what is
-//! exercised, with the library's own BPE behind them.
+//! shaped pre-tokenizer and a Llama 3 shaped one (the input's first byte picks, its other bits a budget
+//! for the bounded encodes epp runs in place, which give the same ids or none); and so are a completions
+//! prompt's, the post-processor's special tokens (the Llama 3 shaped one's BOS) around them. The
+//! tokenizers are small (every byte a token, a few merges, one added token), so the splits and their
+//! edges are what is exercised, with the library's own BPE behind them.
 
 use std::sync::LazyLock;
 
@@ -30,6 +31,14 @@ pub fn run(data: &[u8]) {
     let text = String::from_utf8_lossy(text);
     let whole = tokenizer.encode_rendered_whole(&text).map_err(|e| e.to_string());
     let prompt = tokenizer.encode_whole(&text).map_err(|e| e.to_string());
+    // A bounded encode (what is tokenized in place) either declines or gives the same ids.
+    let budget = usize::from(pick >> 1) * 16;
+    if let Some(bounded) = tokenizer.encode_rendered_remembered(&text, budget) {
+        assert_eq!(bounded.map_err(|e| e.to_string()), whole, "within {budget} bytes: {text:?}");
+    }
+    if let Some(bounded) = tokenizer.encode_remembered(&text, budget) {
+        assert_eq!(bounded.map_err(|e| e.to_string()), prompt, "a prompt within {budget} bytes: {text:?}");
+    }
     for round in 0..2 {
         let here = tokenizer.encode_rendered(&text).map_err(|e| e.to_string());
         assert_eq!(here, whole, "round {round}: {text:?}");

@@ -69,9 +69,18 @@ pub(crate) struct RequestTokenizer {
     metrics: Arc<KvCacheMetrics>,
 }
 
+/// Bodies up to this size are rendered and tokenized in place, on the async worker, where the text
+/// the model must see is within [`INLINE_MODEL_BYTES`] (the rest remembered): a chat of this workload's
+/// shape costs ~60 µs on an idle core (`kvcache_chat/live_workload_*`, BENCHMARKS §2) and the hop to a
+/// blocking thread and back costs more than that on a busy one (BENCHMARKS §8). Larger bodies and newer
+/// text go to the blocking pool as before.
+const INLINE_MAX_BODY_BYTES: usize = 16 << 10;
+/// The text a request tokenized in place may give the model (about 50 µs of BPE, §2's new-prompt rows).
+const INLINE_MODEL_BYTES: usize = 1 << 10;
+
 impl RequestTokenizer {
-    /// A completions prompt's ids without a network call: given as ids, or tokenized in process (off the
-    /// async workers: an 8k-token prompt takes milliseconds). `None` leaves the request to render.
+    /// A completions prompt's ids without a network call: given as ids, or tokenized in process. `None`
+    /// leaves the request to render.
     async fn local_ids(&self, req: &SchedulingRequest<'_>) -> Option<Result<Vec<u32>, String>> {
         if req.parsed?.api == ApiKind::ChatCompletions {
             return self.chat_ids(req).await;
@@ -80,45 +89,71 @@ impl RequestTokenizer {
             Prompt::TokenIds(ids) => Some(Ok(ids)),
             Prompt::Text(text) => {
                 let tokenizer = self.local.clone()?;
-                let encoded = tokio::task::spawn_blocking(move || tokenizer.encode(&text)).await;
-                Some(match encoded {
-                    Ok(Ok(ids)) => Ok(ids),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                })
+                if text.len() <= INLINE_MAX_BODY_BYTES {
+                    if let Some(ids) = tokenizer.encode_remembered(&text, INLINE_MODEL_BYTES) {
+                        return Some(ids.map_err(|e| e.to_string()));
+                    }
+                }
+                Some(off_workers(move || tokenizer.encode(&text).map_err(|e| e.to_string())).await)
             }
+        }
+    }
+
+    /// A chat prompt's ids from the model's chat template. `None` leaves the request to render: no
+    /// template, a request only the engine renders exactly, or (with a render client, the authority) a
+    /// template error.
+    async fn chat_ids(&self, req: &SchedulingRequest<'_>) -> Option<Result<Vec<u32>, String>> {
+        let (chat, tokenizer) = (self.chat.clone()?, self.local.clone()?);
+        let rendered = if req.body.len() <= INLINE_MAX_BODY_BYTES {
+            match render(&chat, req.body) {
+                Ok(Some(text)) => match tokenizer.encode_rendered_remembered(&text, INLINE_MODEL_BYTES) {
+                    Some(ids) => ids.map(Some).map_err(|e| e.to_string()),
+                    None => {
+                        off_workers(move || {
+                            tokenizer.encode_rendered(&text).map(Some).map_err(|e| e.to_string())
+                        })
+                        .await
+                    }
+                },
+                other => other.map(|_| None),
+            }
+        } else {
+            let body = bytes::Bytes::copy_from_slice(req.body);
+            off_workers(move || match render(&chat, &body) {
+                Ok(Some(text)) => tokenizer.encode_rendered(&text).map(Some).map_err(|e| e.to_string()),
+                other => other.map(|_| None),
+            })
+            .await
+        };
+        match rendered {
+            Ok(ids) => ids.map(Ok),
+            Err(error) if self.client.is_some() => {
+                tracing::debug!(request_id = req.request_id, %error, "chat template failed; asking render");
+                None
+            }
+            Err(error) => Some(Err(error)),
         }
     }
 }
 
-impl RequestTokenizer {
-    /// A chat prompt's ids from the model's chat template, off the async workers. `None` leaves the
-    /// request to render: no template, a request only the engine renders exactly, or (with a render
-    /// client, the authority) a template error.
-    async fn chat_ids(&self, req: &SchedulingRequest<'_>) -> Option<Result<Vec<u32>, String>> {
-        let (chat, tokenizer) = (self.chat.clone()?, self.local.clone()?);
-        let body = bytes::Bytes::copy_from_slice(req.body);
-        let rendered = tokio::task::spawn_blocking(move || match chat.render(&body) {
-            Ok(ChatPrompt::Text(text)) => {
-                tokenizer.encode_rendered(&text).map(Some).map_err(|e| e.to_string())
-            }
-            Ok(ChatPrompt::NeedsRender(reason)) => {
-                tracing::trace!(reason, "chat request left to render");
-                Ok(None)
-            }
-            Err(e) => Err(e.to_string()),
-        })
-        .await;
-        match rendered {
-            Ok(Ok(ids)) => ids.map(Ok),
-            Ok(Err(error)) if self.client.is_some() => {
-                tracing::debug!(request_id = req.request_id, %error, "chat template failed; asking render");
-                None
-            }
-            Ok(Err(error)) => Some(Err(error)),
-            Err(error) => Some(Err(error.to_string())),
+/// A chat body rendered with the model's template; `None` if only the engine renders it exactly.
+fn render(chat: &ChatTemplate, body: &[u8]) -> Result<Option<String>, String> {
+    match chat.render(body) {
+        Ok(ChatPrompt::Text(text)) => Ok(Some(text)),
+        Ok(ChatPrompt::NeedsRender(reason)) => {
+            tracing::trace!(reason, "chat request left to render");
+            Ok(None)
         }
+        Err(e) => Err(e.to_string()),
     }
+}
+
+/// `work` on the blocking pool, off the async workers (an 8k-token prompt new to the tokenizer takes
+/// milliseconds).
+async fn off_workers<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| e.to_string())?
 }
 
 impl TokenProducer for RequestTokenizer {
