@@ -96,7 +96,8 @@ impl Segmenter {
     }
 
     /// [`Self::encode`], the text the model is given paid for from `budget`: a bounded encode stops
-    /// as soon as what is not remembered costs more (its new pieces and words are then not remembered).
+    /// as soon as what is not remembered costs more (what it finished before stays remembered; the piece
+    /// it stopped in does not).
     pub(super) fn encode_within(
         &self,
         tokenizer: &tokenizers::Tokenizer,

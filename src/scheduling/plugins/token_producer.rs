@@ -70,10 +70,10 @@ pub(crate) struct RequestTokenizer {
 }
 
 /// Bodies up to this size are rendered and tokenized in place, on the async worker, where the text
-/// the model must see is within [`INLINE_MODEL_BYTES`] (the rest remembered): a chat of this workload's
-/// shape costs ~60 µs on an idle core (`kvcache_chat/live_workload_*`, BENCHMARKS §2) and the hop to a
-/// blocking thread and back costs more than that on a busy one (BENCHMARKS §8). Larger bodies and newer
-/// text go to the blocking pool as before.
+/// the model must see is within [`INLINE_MODEL_BYTES`] (the rest remembered): a chat with a remembered
+/// system prompt and a new 200-word question costs ~60 µs on an idle core (`kvcache_chat/live_workload_*`,
+/// BENCHMARKS §2), and the hop to a blocking thread and back cost ~0.1 ms more than that live (§8).
+/// Larger bodies and newer text go to the blocking pool.
 const INLINE_MAX_BODY_BYTES: usize = 16 << 10;
 /// The text a request tokenized in place may give the model (about 50 µs of BPE, §2's new-prompt rows).
 const INLINE_MODEL_BYTES: usize = 1 << 10;
