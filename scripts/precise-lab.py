@@ -4,9 +4,12 @@ of crates/lab/inputs/scenarios/ and each seed, one `epp-lab` run with every conf
 means per scenario of the prefix-cache hit rate, TTFT p90 and SLO attainment.
 
 Usage: scripts/precise-lab.py [--seeds 1,2,3,4,5] [--epp-replicas N] [--scenarios a,b|FILE.yaml,…] [--jobs 2]
-CONFIG...
+[--paired] CONFIG...
 Needs `cargo build --release -p epp-lab` (or EPP_LAB=path). Output: one row per scenario, with its split
-(tuning or held-out), then `hit % / TTFT p90 ms / SLO %` per config.
+(tuning or held-out), then `hit % / TTFT p90 ms / SLO %` per config. With --paired, a second table: each
+later config's TTFT p90 minus the first config's, seed by seed (the same seed is the same arrivals), as
+the mean ± its standard error and the number of seeds where the later config is lower, so a difference
+of means can be told from the spread between seeds.
 """
 import argparse
 import concurrent.futures
@@ -45,6 +48,7 @@ def main() -> None:
     parser.add_argument("--epp-replicas", type=int, default=1)
     parser.add_argument("--scenarios", default="")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--paired", action="store_true")
     parser.add_argument("configs", nargs="+")
     args = parser.parse_args()
     lab = os.environ.get("EPP_LAB", str(ROOT / "target/release/epp-lab"))
@@ -67,6 +71,23 @@ def main() -> None:
             slo = statistics.mean(r[i][2] for r in runs) * 100
             cells.append(f"{hit:5.1f} {ttft:6.0f} {slo:5.1f}")
         print(f"{scenario.stem:28} {split_of(scenario):8} " + " | ".join(f"{c:>20}" for c in cells))
+    if args.paired:
+        print_paired(scenarios, jobs, rows, names)
+
+
+def print_paired(scenarios, jobs, rows, names) -> None:
+    print(f"\nTTFT p90 minus {names[0]}'s, per seed: mean ± standard error ms (seeds lower / seeds)")
+    print(f"{'scenario':28} " + " | ".join(f"{n[:22]:>22}" for n in names[1:]))
+    for scenario in scenarios:
+        runs = [r for (p, _), r in zip(jobs, rows) if p == scenario]
+        cells = []
+        for i in range(1, len(names)):
+            diffs = [(r[i][1] - r[0][1]) * 1000 for r in runs]
+            mean = statistics.mean(diffs)
+            err = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+            lower = sum(d < 0 for d in diffs)
+            cells.append(f"{mean:+7.1f} ± {err:5.1f} ({lower}/{len(diffs)})")
+        print(f"{scenario.stem:28} " + " | ".join(f"{c:>22}" for c in cells))
 
 
 if __name__ == "__main__":
