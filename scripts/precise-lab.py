@@ -6,8 +6,8 @@ means per scenario of the prefix-cache hit rate, TTFT p90 and SLO attainment.
 Usage: scripts/precise-lab.py [--seeds 1,2,3,4,5] [--epp-replicas N] [--scenarios a,b|FILE.yaml,…] [--jobs 2]
 [--paired] CONFIG...
 Needs `cargo build --release -p epp-lab` (or EPP_LAB=path). Output: one row per scenario, with its split
-(tuning or held-out), then `hit % / TTFT p90 ms / SLO %` per config. With --paired, a second table: each
-later config's TTFT p90 minus the first config's, seed by seed (the same seed is the same arrivals), as
+(tuning or held-out), then `hit % / TTFT p90 ms / SLO %` per config. With --paired, two more tables: each
+later config's TTFT p90 and hit rate minus the first config's, seed by seed (the same seed is the same arrivals), as
 the mean ± its standard error and the number of seeds where the later config is lower, so a difference
 of means can be told from the spread between seeds.
 """
@@ -76,18 +76,19 @@ def main() -> None:
 
 
 def print_paired(scenarios, jobs, rows, names) -> None:
-    print(f"\nTTFT p90 minus {names[0]}'s, per seed: mean ± standard error ms (seeds lower / seeds)")
-    print(f"{'scenario':28} " + " | ".join(f"{n[:22]:>22}" for n in names[1:]))
-    for scenario in scenarios:
-        runs = [r for (p, _), r in zip(jobs, rows) if p == scenario]
-        cells = []
-        for i in range(1, len(names)):
-            diffs = [(r[i][1] - r[0][1]) * 1000 for r in runs]
-            mean = statistics.mean(diffs)
-            err = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
-            lower = sum(d < 0 for d in diffs)
-            cells.append(f"{mean:+7.1f} ± {err:5.1f} ({lower}/{len(diffs)})")
-        print(f"{scenario.stem:28} " + " | ".join(f"{c:>22}" for c in cells))
+    for column, label, unit in ((1, "TTFT p90", "ms"), (0, "hit rate", "points")):
+        print(f"\n{label} minus {names[0]}'s, per seed: mean ± standard error {unit} (seeds lower / seeds)")
+        print(f"{'scenario':28} " + " | ".join(f"{n[:22]:>22}" for n in names[1:]))
+        for scenario in scenarios:
+            runs = [r for (p, _), r in zip(jobs, rows) if p == scenario]
+            cells = []
+            for i in range(1, len(names)):
+                diffs = [(r[i][column] - r[0][column]) * (1000 if column == 1 else 100) for r in runs]
+                mean = statistics.mean(diffs)
+                err = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+                lower = sum(d < 0 for d in diffs)
+                cells.append(f"{mean:+7.1f} ± {err:5.1f} ({lower}/{len(diffs)})")
+            print(f"{scenario.stem:28} " + " | ".join(f"{c:>22}" for c in cells))
 
 
 if __name__ == "__main__":
