@@ -197,8 +197,13 @@ async fn during_the_shutdown_delay_readiness_is_not_serving_and_new_streams_are_
 fn json_logs_are_one_object_per_line() {
     let args = ["--endpoints", "127.0.0.1:9", "--secure-serving=false", "--log-format", "json"];
     let mut epp = epp_testkit::start_epp_on_free_ports(&args, &[]).child;
+    // The gRPC port accepts before the startup line is written (the listeners are bound first), so a
+    // kill right after the port opens can beat it: wait for the line, under a generous deadline.
+    let started =
+        epp_testkit::wait_until(std::time::Duration::from_secs(30), || epp.logs().contains("epp serving"));
     epp.kill();
     let logs = epp.logs();
+    assert!(started, "epp never logged its startup line: {logs}");
     let lines: Vec<&str> = logs.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(!lines.is_empty(), "epp logged nothing");
     for line in &lines {
@@ -206,7 +211,6 @@ fn json_logs_are_one_object_per_line() {
             serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         assert!(v["level"].is_string() && v["fields"]["message"].is_string(), "{line}");
     }
-    assert!(lines.iter().any(|l| l.contains("epp serving")), "{logs}");
 }
 
 /// Every line about a request carries its id: JSON logs put it in the `request` span of each line.
