@@ -6,10 +6,10 @@ means per scenario of the prefix-cache hit rate, TTFT p90 and SLO attainment.
 Usage: scripts/precise-lab.py [--seeds 1,2,3,4,5] [--epp-replicas N] [--scenarios a,b|FILE.yaml,…] [--jobs 2]
 [--paired] CONFIG...
 Needs `cargo build --release -p epp-lab` (or EPP_LAB=path). Output: one row per scenario, with its split
-(tuning or held-out), then `hit % / TTFT p90 ms / SLO %` per config. With --paired, two more tables: each
-later config's TTFT p90 and hit rate minus the first config's, seed by seed (the same seed is the same arrivals), as
-the mean ± its standard error and the number of seeds where the later config is lower, so a difference
-of means can be told from the spread between seeds.
+(tuning or held-out), then `hit % / TTFT p90 ms / SLO %` per config. With --paired, two more tables:
+each later config's TTFT p90 and hit rate minus the first config's, seed by seed (the same seed is the
+same arrivals), as the mean ± its standard error and the number of seeds where the later config is
+lower, so a difference of means can be told from the spread between seeds.
 """
 import argparse
 import concurrent.futures
