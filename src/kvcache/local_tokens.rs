@@ -82,13 +82,7 @@ impl LocalTokenizer {
 
     /// The token ids of `text`, with the tokenizer's special tokens (a BOS where the model has one).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
-        if let (Some(segments), Some(specials)) = (&self.segments, &self.specials) {
-            let mut ids = specials.before.clone();
-            ids.extend(segments.encode(&self.tokenizer, text).map_err(LocalTokensError::Encode)?);
-            ids.extend_from_slice(&specials.after);
-            return Ok(ids);
-        }
-        self.encode_whole(text)
+        self.encode_within(text, &mut Budget::unbounded()).unwrap_or_else(|| self.encode_whole(text))
     }
 
     /// [`Self::encode`] if at most `model_bytes` of the text (each call to the model charged 64 bytes
@@ -99,8 +93,14 @@ impl LocalTokenizer {
         text: &str,
         model_bytes: usize,
     ) -> Option<Result<Vec<u32>, LocalTokensError>> {
+        self.encode_within(text, &mut Budget::bytes(model_bytes))
+    }
+
+    /// [`Self::encode`] piece by piece within `budget`; `None` where this tokenizer remembers nothing
+    /// (or its post-processor's tokens are unknown) or the encode ran over the budget.
+    fn encode_within(&self, text: &str, budget: &mut Budget) -> Option<Result<Vec<u32>, LocalTokensError>> {
         let (segments, specials) = (self.segments.as_ref()?, self.specials.as_ref()?);
-        let own = within(segments.encode_within(&self.tokenizer, text, &mut Budget::bytes(model_bytes)))?;
+        let own = within(segments.encode_within(&self.tokenizer, text, budget))?;
         Some(own.map(|own| [&specials.before[..], &own, &specials.after].concat()))
     }
 
@@ -113,10 +113,8 @@ impl LocalTokenizer {
     /// The token ids of `text` as it is: a rendered chat prompt, whose template wrote its special tokens
     /// (what transformers' `apply_chat_template` does, `add_special_tokens=False`).
     pub fn encode_rendered(&self, text: &str) -> Result<Vec<u32>, LocalTokensError> {
-        if let Some(segments) = &self.segments {
-            return segments.encode(&self.tokenizer, text).map_err(LocalTokensError::Encode);
-        }
-        self.encode_rendered_whole(text)
+        self.encode_rendered_within(text, &mut Budget::unbounded())
+            .unwrap_or_else(|| self.encode_rendered_whole(text))
     }
 
     /// [`Self::encode_rendered`] bounded as [`Self::encode_remembered`] is.
@@ -125,8 +123,17 @@ impl LocalTokenizer {
         text: &str,
         model_bytes: usize,
     ) -> Option<Result<Vec<u32>, LocalTokensError>> {
-        let segments = self.segments.as_ref()?;
-        within(segments.encode_within(&self.tokenizer, text, &mut Budget::bytes(model_bytes)))
+        self.encode_rendered_within(text, &mut Budget::bytes(model_bytes))
+    }
+
+    /// [`Self::encode_rendered`] piece by piece within `budget`; `None` where this tokenizer remembers
+    /// nothing or the encode ran over the budget.
+    fn encode_rendered_within(
+        &self,
+        text: &str,
+        budget: &mut Budget,
+    ) -> Option<Result<Vec<u32>, LocalTokensError>> {
+        within(self.segments.as_ref()?.encode_within(&self.tokenizer, text, budget))
     }
 
     /// [`Self::encode_rendered`] without remembered pieces: the whole text every time, as an engine

@@ -108,19 +108,14 @@ impl RequestTokenizer {
             match render(&chat, req.body) {
                 Ok(Some(text)) => match tokenizer.encode_rendered_remembered(&text, INLINE_MODEL_BYTES) {
                     Some(ids) => ids.map(Some).map_err(|e| e.to_string()),
-                    None => {
-                        off_workers(move || {
-                            tokenizer.encode_rendered(&text).map(Some).map_err(|e| e.to_string())
-                        })
-                        .await
-                    }
+                    None => off_workers(move || encode_rendered(&tokenizer, &text)).await,
                 },
                 other => other.map(|_| None),
             }
         } else {
             let body = bytes::Bytes::copy_from_slice(req.body);
             off_workers(move || match render(&chat, &body) {
-                Ok(Some(text)) => tokenizer.encode_rendered(&text).map(Some).map_err(|e| e.to_string()),
+                Ok(Some(text)) => encode_rendered(&tokenizer, &text),
                 other => other.map(|_| None),
             })
             .await
@@ -146,6 +141,11 @@ fn render(chat: &ChatTemplate, body: &[u8]) -> Result<Option<String>, String> {
         }
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// A rendered chat's ids, in the shape `chat_ids` carries them.
+fn encode_rendered(tokenizer: &LocalTokenizer, text: &str) -> Result<Option<Vec<u32>>, String> {
+    tokenizer.encode_rendered(text).map(Some).map_err(|e| e.to_string())
 }
 
 /// `work` on the blocking pool, off the async workers (an 8k-token prompt new to the tokenizer takes
